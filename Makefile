@@ -1,0 +1,105 @@
+# cuda-agent - one Makefile: a static library (everything but src/cli), the
+# cuda-agent binary, unit-test binaries, and the test runner.
+#
+#   make                         build build/cuda-agent
+#   make test                    build and run every test tier (tests/run.sh)
+#   make SANITIZE=address,undefined test
+#   make WERROR=1                warnings are errors (CI)
+#   make format / format-check   clang-format over C sources
+
+CC ?= cc
+PKG_CONFIG ?= pkg-config
+PKGS := jansson libxxhash
+SANITIZE ?=
+WERROR ?=
+
+ifeq ($(SANITIZE),)
+BUILD ?= build
+else
+BUILD ?= build-san
+endif
+
+WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 \
+	-Wvla -Wpointer-arith -Wundef -Wno-unused-parameter -Wno-missing-field-initializers -Wimplicit-fallthrough
+CFLAGS ?= -O2 -g
+CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -I$(BUILD)/gen $(WARNINGS) \
+	$(shell $(PKG_CONFIG) --cflags $(PKGS))
+LDLIBS += $(shell $(PKG_CONFIG) --libs $(PKGS))
+ifneq ($(WERROR),)
+CFLAGS += -Werror
+endif
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+CFLAGS += -MMD -MP
+
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+CFLAGS += -DCA_VERSION='"$(VERSION)"' -DCA_GIT_REV='"$(GIT_REV)"'
+
+LIB_SRC := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
+CLI_SRC := $(sort $(wildcard src/cli/*.c))
+GEN_SRC := $(BUILD)/gen/embedded_files.c
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(GEN_SRC:.c=.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+LIB := $(BUILD)/libcuda-agent.a
+BIN := $(BUILD)/cuda-agent
+
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
+UNIT_MAIN := $(BUILD)/tests/unit/main.o
+
+# Files compiled into the binary: the workspace template and helper scripts.
+EMBED_FILES := $(sort $(shell find template -type f 2>/dev/null)) \
+	$(sort $(wildcard src/*/*.py))
+EMBED_TOOL := $(BUILD)/tools/embed
+
+.PHONY: all test unit clean format format-check
+all: $(BIN)
+
+$(BIN): $(CLI_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/gen/%.o: $(BUILD)/gen/%.c
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -c -o $@ $<
+
+$(EMBED_TOOL): tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -O1 -Wall -Wextra -o $@ $<
+
+$(GEN_SRC): $(EMBED_TOOL) $(EMBED_FILES) Makefile
+	@mkdir -p $(dir $@)
+	$(EMBED_TOOL) $(EMBED_FILES) > $@.tmp && mv $@.tmp $@
+
+$(UNIT_MAIN): tests/unit/main.c tests/unit/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/unit/%: tests/unit/%.c $(UNIT_MAIN) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(UNIT_MAIN) $(LIB) $(LDLIBS)
+
+unit: $(UNIT_BIN)
+
+test: $(BIN) $(UNIT_BIN)
+	BUILD=$(BUILD) SANITIZE=$(SANITIZE) bash tests/run.sh
+
+clean:
+	rm -rf build build-san
+
+FORMAT_SRC = $(shell find src tests/unit tools -name '*.[ch]')
+format:
+	clang-format -i $(FORMAT_SRC)
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_SRC)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# scripts/setup.sh - one command from a fresh Debian 12 machine to a working
+# cuda-agent: installs dependencies (Debian packages, and a Python virtual
+# environment in .venv for pyarrow and pytest), builds, and runs the main job
+# on a built-in example (until the evaluator exists: creates an episode
+# workspace and shows it).
+#
+#   scripts/setup.sh            everything
+#   scripts/setup.sh --deps     dependencies only (used by CI)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PKGS=(build-essential pkg-config git python3 python3-venv python3-pip
+             libjansson-dev libxxhash-dev clang-format)
+PY_PKGS=(pyarrow pytest)
+
+say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
+
+install_debian() {
+    local missing=()
+    for p in "${DEBIAN_PKGS[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+            missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && { say "Debian packages: all present"; return; }
+    say "installing Debian packages: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+install_python() {
+    if [ ! -x .venv/bin/python3 ]; then
+        say "creating .venv"
+        python3 -m venv .venv
+    fi
+    if ! .venv/bin/python3 -c 'import pyarrow, pytest' 2>/dev/null; then
+        say "installing Python packages into .venv: ${PY_PKGS[*]}"
+        .venv/bin/python3 -m pip install -q --disable-pip-version-check "${PY_PKGS[@]}"
+    fi
+}
+
+install_debian
+install_python
+[ "${1:-}" = "--deps" ] && exit 0
+
+say "building"
+make -j"$(nproc)"
+
+say "main job: an episode workspace for the built-in softmax example"
+ws=$(mktemp -d "${TMPDIR:-/tmp}/cuda-agent-demo-XXXXXX")
+rmdir "$ws"
+./build/cuda-agent workspace create --task examples/tasks/softmax_last_dim.py "$ws"
+echo
+(cd "$ws" && find . -printf '%M %p\n' | sort -k2)
+echo
+./build/cuda-agent workspace check "$ws"
+echo
+./build/cuda-agent data list examples/tasks
+echo
+say "workspace left at $ws; run the tests with: make test"

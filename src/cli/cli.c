@@ -1,0 +1,241 @@
+/*
+ * cli.c - option parsing from a table, help printing from the same table,
+ * error-to-exit-code mapping. Accepts --name VALUE, --name=VALUE, -x VALUE;
+ * "--" ends options. Unknown options are usage errors (exit 2), never
+ * silently ignored.
+ */
+#include "cli/cli.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "core/sv.h"
+#include "core/banned.h"
+
+static const char *cmd_name(const struct cli_spec *spec, char *out, size_t n)
+{
+    /* "cuda-agent workspace create ..." -> "workspace create" */
+    const char *u = spec->usage;
+    if (strncmp(u, "cuda-agent ", 11) == 0)
+        u += 11;
+    size_t len = 0;
+    for (const char *p = u; *p && *p != '[' && *p != '-' && *p != '<' &&
+                            !(*p >= 'A' && *p <= 'Z' && (p == u || p[-1] == ' '));
+         p++)
+        len = (size_t)(p - u) + 1;
+    while (len && u[len - 1] == ' ')
+        len--;
+    snprintf(out, n, "%.*s", (int)len, u);
+    return out;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fputs("cuda-agent: error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\ntry 'cuda-agent %s%s--help'\n", cmd ? cmd : "", cmd && *cmd ? " " : "");
+    return CLI_USAGE;
+}
+
+void cli_print_help(const struct cli_spec *spec)
+{
+    printf("usage: %s\n\n%s\n", spec->usage, spec->summary);
+    printf("\noptions:\n");
+    for (const struct cli_opt *o = spec->opts; o && o->name; o++) {
+        {
+            char left[96], flag[4] = "   ";
+            if (o->short_name)
+                snprintf(flag, sizeof(flag), "-%c,", o->short_name);
+            snprintf(left, sizeof(left), "%s --%s%s%s", flag, o->name, o->arg ? " " : "",
+                     o->arg ? o->arg : "");
+            printf("  %-28s %s\n", left, o->help);
+        }
+    }
+    printf("  %-28s %s\n", "-h, --help", "show this help and exit");
+    if (spec->description)
+        printf("\n%s\n", spec->description);
+}
+
+static const struct cli_opt *find_long(const struct cli_opt *opts, struct sv name)
+{
+    for (const struct cli_opt *o = opts; o && o->name; o++)
+        if (sv_eq_cstr(name, o->name))
+            return o;
+    return NULL;
+}
+
+static const struct cli_opt *find_short(const struct cli_opt *opts, char c)
+{
+    for (const struct cli_opt *o = opts; o && o->name; o++)
+        if (o->short_name == c)
+            return o;
+    return NULL;
+}
+
+static int set_value(const struct cli_spec *spec, const struct cli_opt *o, const char *val)
+{
+    char cmd[64];
+    switch (o->kind) {
+    case CLI_OPT_FLAG:
+        *(bool *)o->target = true;
+        return 0;
+    case CLI_OPT_STRING:
+        *(const char **)o->target = val;
+        return 0;
+    case CLI_OPT_INT: {
+        struct ca_err err = {0};
+        char what[80];
+        snprintf(what, sizeof(what), "--%s", o->name);
+        if (sv_parse_range(sv_cstr(val), o->lo, o->hi, o->target, what, &err))
+            return cli_usage_error(cmd_name(spec, cmd, sizeof(cmd)), "%s", err.msg);
+        return 0;
+    }
+    }
+    BUG("bad option kind %d", (int)o->kind);
+}
+
+int cli_parse(const struct cli_spec *spec, int argc, char **argv, char ***args, int *nargs)
+{
+    char cmd[64];
+    cmd_name(spec, cmd, sizeof(cmd));
+    char **pos = xcalloc((size_t)argc + 1, sizeof(*pos));
+    int npos = 0;
+    bool opts_done = false;
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (opts_done || a[0] != '-' || a[1] == '\0') {
+            pos[npos++] = argv[i];
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            opts_done = true;
+            continue;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            cli_print_help(spec);
+            free(pos);
+            return -1;
+        }
+        const struct cli_opt *o;
+        const char *val = NULL;
+        if (a[1] == '-') {
+            struct sv name = sv_cstr(a + 2);
+            long eq = sv_find_ch(name, '=');
+            if (eq >= 0) {
+                val = a + 2 + eq + 1;
+                name.len = (size_t)eq;
+            }
+            o = find_long(spec->opts, name);
+            if (!o) {
+                rc = cli_usage_error(cmd, "unknown option '--" SV_FMT "'", SV_ARG(name));
+                goto out;
+            }
+            if (o->kind == CLI_OPT_FLAG && val) {
+                rc = cli_usage_error(cmd, "option '--%s' takes no value", o->name);
+                goto out;
+            }
+        } else {
+            o = find_short(spec->opts, a[1]);
+            if (!o || a[2] != '\0') {
+                rc = cli_usage_error(cmd, "unknown option '%s'", a);
+                goto out;
+            }
+        }
+        if (o->kind != CLI_OPT_FLAG && !val) {
+            if (i + 1 >= argc) {
+                rc = cli_usage_error(cmd, "option '--%s' needs a value (%s)", o->name,
+                                     o->arg ? o->arg : "VALUE");
+                goto out;
+            }
+            val = argv[++i];
+        }
+        rc = set_value(spec, o, val);
+        if (rc)
+            goto out;
+    }
+    if (npos < spec->min_args) {
+        rc = cli_usage_error(cmd, "missing argument%s (usage: %s)",
+                             spec->min_args - npos > 1 ? "s" : "", spec->usage);
+        goto out;
+    }
+    if (spec->max_args >= 0 && npos > spec->max_args) {
+        rc = cli_usage_error(cmd, "unexpected argument '%s' (usage: %s)", pos[spec->max_args],
+                             spec->usage);
+        goto out;
+    }
+    *args = pos;
+    *nargs = npos;
+    return 0;
+out:
+    free(pos);
+    return rc;
+}
+
+int cli_exit_code(int code)
+{
+    switch (code) {
+    case 0:
+        return CLI_OK;
+    case CA_EUSAGE:
+        return CLI_USAGE;
+    case CA_EPARSE:
+    case CA_EUTF8:
+    case CA_ETOOBIG:
+    case CA_EDUP:
+    case CA_EESCAPE:
+        return CLI_INVALID;
+    case CA_ENOTFOUND:
+    case CA_EAMBIGUOUS:
+        return CLI_NOTFOUND;
+    case CA_EUNAVAIL:
+        return CLI_UNAVAIL;
+    default:
+        return CLI_FAILED;
+    }
+}
+
+int cli_fail(const struct ca_err *err)
+{
+    fprintf(stderr, "cuda-agent: error: %s\n", err->msg[0] ? err->msg : ca_strerror(err->code));
+    return cli_exit_code(err->code);
+}
+
+bool cli_stdout_tty(void)
+{
+    return isatty(1);
+}
+
+int cli_dispatch(const char *cmd, const struct cli_sub *subs, size_t nsubs, int argc,
+                 char **argv)
+{
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: cuda-agent %s <subcommand> [options]\n\nsubcommands:\n", cmd);
+        for (size_t i = 0; i < nsubs; i++)
+            printf("  %-8s %s\n", subs[i].name, subs[i].summary);
+        printf("\n'cuda-agent %s <subcommand> --help' for details.\n", cmd);
+        return CLI_OK;
+    }
+    if (argc < 2)
+        return cli_usage_error(cmd, "missing subcommand");
+    for (size_t i = 0; i < nsubs; i++)
+        if (strcmp(argv[1], subs[i].name) == 0)
+            return subs[i].fn(argc - 1, argv + 1);
+    return cli_usage_error(cmd, "unknown subcommand '%s'", argv[1]);
+}
+
+void cli_print_json(const json_t *v)
+{
+    char *s = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s)
+        printf("%s\n", s);
+    free(s);
+}

@@ -1,0 +1,84 @@
+/*
+ * cli.h - the command-line front end: a table of subcommands (main.c) and
+ * an option table per command that both parses argv and prints --help.
+ * Only src/cli/ may exit; commands return an exit code (see EXIT CODES in
+ * main.c's help, and cli_exit_code()).
+ */
+#ifndef CA_CLI_H
+#define CA_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+enum cli_exit {
+    CLI_OK = 0,
+    CLI_FAILED = 1,    /* the operation failed */
+    CLI_USAGE = 2,     /* unknown command or option, bad or missing argument */
+    CLI_INVALID = 3,   /* the input (task, dataset, workspace) was rejected */
+    CLI_NOTFOUND = 4,  /* a named task, file or selector does not exist */
+    CLI_UNAVAIL = 69,  /* a needed component is missing (python3, pyarrow, evaluator) */
+};
+
+enum cli_opt_kind {
+    CLI_OPT_FLAG,   /* bool */
+    CLI_OPT_STRING, /* const char * */
+    CLI_OPT_INT,    /* int64_t, range-checked */
+};
+
+struct cli_opt {
+    const char *name; /* long name without "--" */
+    char short_name;  /* 0: none */
+    enum cli_opt_kind kind;
+    void *target;
+    const char *arg;  /* argument name for help ("DIR") */
+    const char *help;
+    int64_t lo, hi;   /* CLI_OPT_INT range */
+};
+
+struct cli_spec {
+    const char *usage;       /* "cuda-agent workspace create --task T DIR" */
+    const char *summary;     /* one line */
+    const char *description; /* paragraphs printed after the options, may be NULL */
+    const struct cli_opt *opts;
+    int min_args, max_args; /* positional arguments; max -1: unlimited */
+};
+
+/*
+ * Parse options (anywhere before "--"), collect positionals into args.
+ * Returns 0, CLI_USAGE after printing an error, or -1 when --help was
+ * printed (the caller returns CLI_OK).
+ */
+int cli_parse(const struct cli_spec *spec, int argc, char **argv, char ***args, int *nargs);
+void cli_print_help(const struct cli_spec *spec);
+
+/* Print "cuda-agent: error: <msg>" to stderr and return the exit code for err. */
+int cli_fail(const struct ca_err *err);
+int cli_exit_code(int code);
+/* Usage error: message plus "try 'cuda-agent CMD --help'". */
+int cli_usage_error(const char *cmd, const char *fmt, ...) CA_PRINTF(2, 3);
+
+/* A subcommand of a command ("workspace create"). */
+struct cli_sub {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
+/* Run argv[1] from subs (argv[0] is the command), or print help / a usage error. */
+int cli_dispatch(const char *cmd, const struct cli_sub *subs, size_t nsubs, int argc,
+                 char **argv);
+
+/* Print v as indented JSON on stdout. */
+struct json_t;
+void cli_print_json(const struct json_t *v);
+
+/* Whether stdout is a terminal (for human vs machine output). */
+bool cli_stdout_tty(void);
+
+int cmd_workspace(int argc, char **argv);
+int cmd_data(int argc, char **argv);
+int cmd_version(int argc, char **argv);
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * hash.h - content hashing (XXH3 via libxxhash) for task ids and content-
+ * addressed caches. Not cryptographic: ids and cache keys, never secrets.
+ * Hex output is lowercase. Streaming state is caller-owned, not thread-safe.
+ */
+#ifndef CA_HASH_H
+#define CA_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+struct hash128 {
+    uint64_t hi, lo;
+};
+
+#define HASH64_HEX_LEN 16
+#define HASH128_HEX_LEN 32
+
+uint64_t hash64(const void *p, size_t n);
+struct hash128 hash128(const void *p, size_t n);
+/* out must hold HASH64_HEX_LEN + 1 bytes. */
+void hash64_hex(uint64_t h, char *out);
+/* out must hold HASH128_HEX_LEN + 1 bytes. */
+void hash128_hex(struct hash128 h, char *out);
+
+/* Streaming 128-bit hash, e.g. over several files plus flags. */
+struct hash_stream;
+struct hash_stream *hash_stream_new(void);
+void hash_stream_free(struct hash_stream *s);
+void hash_stream_add(struct hash_stream *s, const void *p, size_t n);
+/* Adds the length first, so ("ab","c") and ("a","bc") differ. */
+void hash_stream_add_field(struct hash_stream *s, const void *p, size_t n);
+struct hash128 hash_stream_digest(const struct hash_stream *s);
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * proc.h - running child processes: argv/env/cwd/fds prepared before fork,
+ * a wall-clock timeout, capped capture of stdout and stderr, and a kill of
+ * the child's whole process group when it is done or out of time.
+ *
+ * The child runs in a new process group (setpgid(0, 0)). Everything it
+ * needs is built before fork; the child only calls async-signal-safe
+ * functions, closes every fd except 0/1/2 and the keep list, and reports an
+ * exec failure to the parent through a close-on-exec pipe (so "no such
+ * program" is an error from proc_run, not an exit code 127).
+ *
+ * Output past the cap is read and discarded (the child never blocks on a full
+ * pipe) and the result says it was truncated. When the direct child exits,
+ * anything left in its process group is killed with SIGKILL, so a background
+ * grandchild cannot outlive the call or hold the pipes open forever.
+ *
+ * proc_run blocks the calling thread; it is thread-safe (no shared state),
+ * but it does install nothing process-wide: callers that use SIGCHLD for
+ * other purposes are unaffected because we wait on the pid.
+ */
+#ifndef CA_PROC_H
+#define CA_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+#include "core/err.h"
+
+struct proc_opts {
+    const char *const *argv; /* argv[0] looked up in PATH if it has no '/' */
+    const char *const *env;  /* NULL: inherit the parent's environment */
+    const char *cwd;         /* NULL: inherit */
+    const void *stdin_data;  /* bytes written to the child's stdin, then closed; */
+    size_t stdin_len;        /*   NULL: stdin is /dev/null */
+    size_t out_max;          /* stdout capture cap; 0 means CA_LIMIT_CHILD_OUTPUT */
+    size_t err_max;          /* stderr capture cap; 0 means CA_LIMIT_CHILD_OUTPUT */
+    bool merge_stderr;       /* send stderr into the stdout capture */
+    bool inherit_stderr;     /* leave stderr as the parent's (not captured) */
+    int64_t timeout_ms;      /* <= 0: no timeout */
+    const int *keep_fds;     /* extra fds the child keeps open (not CLOEXEC'd) */
+    size_t nkeep_fds;
+};
+
+struct proc_result {
+    int exit_code;   /* valid when !signaled */
+    int term_signal; /* signal that ended the child, when signaled */
+    bool signaled;
+    bool timed_out; /* we killed it at the timeout */
+    bool out_truncated, err_truncated;
+    struct buf out, err; /* captured output (NUL-terminated) */
+    int64_t elapsed_us;
+    int pid;
+};
+
+void proc_result_init(struct proc_result *r);
+void proc_result_release(struct proc_result *r);
+
+/*
+ * Run the child to completion. Returns 0 when the child was started and
+ * reaped (look at *r for how it ended, including timeouts and signals), or a
+ * negative code when it could not be started (exec failure: -errno with a
+ * message naming argv[0]). *r must be initialised with proc_result_init.
+ */
+int proc_run(const struct proc_opts *opts, struct proc_result *r, struct ca_err *err)
+    WARN_UNUSED_RESULT;
+
+/* True when r says the child exited with status 0 in time. */
+bool proc_ok(const struct proc_result *r);
+/* "exit 3", "killed by SIGKILL", "timed out after 5000 ms" into b. */
+int proc_describe(const struct proc_result *r, int64_t timeout_ms, struct buf *b)
+    WARN_UNUSED_RESULT;
+
+/* Look up a program in PATH; returns a heap path or NULL. */
+char *proc_which(const char *name);
+
+#endif

@@ -1,0 +1,48 @@
+# tests/it/lib.sh - helpers for black-box tests of the cuda-agent binary.
+# Source it; call `check NAME CMD...` style helpers; end with `finish`, which
+# prints "N passed, N failed" and exits non-zero on any failure.
+# Environment from tests/run.sh: CUDA_AGENT (binary), CA_REPO (repo root).
+
+: "${CUDA_AGENT:?run through tests/run.sh (CUDA_AGENT unset)}"
+: "${CA_REPO:?CA_REPO unset}"
+CA=$CUDA_AGENT
+IT_PASS=0
+IT_FAIL=0
+OUT=$(mktemp)
+ERR=$(mktemp)
+trap 'rm -f "$OUT" "$ERR"' EXIT
+
+ok() { IT_PASS=$((IT_PASS + 1)); echo "ok $1"; }
+bad() {
+    IT_FAIL=$((IT_FAIL + 1))
+    echo "FAIL $1: $2"
+    echo "  stdout: $(head -c 2000 "$OUT")"
+    echo "  stderr: $(head -c 2000 "$ERR")"
+}
+
+# run CMD...: runs it, stdout in $OUT, stderr in $ERR, exit code in $RC.
+run() {
+    "$@" >"$OUT" 2>"$ERR"
+    RC=$?
+}
+
+# expect NAME CODE [STDOUT_SUBSTR [STDERR_SUBSTR]] -- checks the last `run`.
+expect() {
+    local name=$1 code=$2 out=${3:-} err=${4:-}
+    if [ "$RC" -ne "$code" ]; then bad "$name" "exit $RC, expected $code"; return; fi
+    if [ -n "$out" ] && ! grep -qF -- "$out" "$OUT"; then bad "$name" "stdout lacks '$out'"; return; fi
+    if [ -n "$err" ] && ! grep -qF -- "$err" "$ERR"; then bad "$name" "stderr lacks '$err'"; return; fi
+    ok "$name"
+}
+
+# assert NAME CONDITION... -- a shell test.
+assert() {
+    local name=$1
+    shift
+    if "$@"; then ok "$name"; else bad "$name" "assertion failed: $*"; fi
+}
+
+finish() {
+    echo "$IT_PASS passed, $IT_FAIL failed"
+    [ "$IT_FAIL" -eq 0 ]
+}
