@@ -94,12 +94,37 @@ test: $(BIN) $(UNIT_BIN)
 	BUILD=$(BUILD) SANITIZE=$(SANITIZE) bash tests/run.sh
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
-FORMAT_SRC = $(shell find src tests/unit tools -name '*.[ch]')
+FORMAT_SRC = $(shell find src tests/unit tests/fuzz tools -name '*.[ch]')
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:
 	clang-format --dry-run --Werror $(FORMAT_SRC)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# Fuzzing (clang + libFuzzer): make fuzz [FUZZ_SECONDS=20]. Each target runs
+# from its seed corpus in tests/fuzz/corpus/<name>/ for FUZZ_SECONDS.
+FUZZ_SECONDS ?= 20
+FUZZ_BUILD := build-fuzz
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+.PHONY: fuzz fuzz-build
+fuzz-build:
+	$(MAKE) CC=clang BUILD=$(FUZZ_BUILD) SANITIZE=fuzzer-no-link,address,undefined \
+		$(FUZZ_BUILD)/libcuda-agent.a
+	@for t in $(FUZZ_TARGETS); do \
+		echo "clang fuzz_$$t"; \
+		clang -std=c11 -D_GNU_SOURCE -Isrc -g -O1 -fsanitize=fuzzer,address,undefined \
+			-o $(FUZZ_BUILD)/fuzz_$$t tests/fuzz/fuzz_$$t.c $(FUZZ_BUILD)/libcuda-agent.a \
+			$(LDLIBS) || exit 1; \
+	done
+fuzz: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+		echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+		$(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+			-print_final_stats=0 $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t \
+			2>$(FUZZ_BUILD)/fuzz_$$t.log || { tail -50 $(FUZZ_BUILD)/fuzz_$$t.log; exit 1; }; \
+		tail -1 $(FUZZ_BUILD)/fuzz_$$t.log; \
+	done

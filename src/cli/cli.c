@@ -6,6 +6,7 @@
  */
 #include "cli/cli.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -195,6 +196,7 @@ int cli_exit_code(int code)
         return CLI_INVALID;
     case CA_ENOTFOUND:
     case CA_EAMBIGUOUS:
+    case -ENOENT:
         return CLI_NOTFOUND;
     case CA_EUNAVAIL:
         return CLI_UNAVAIL;
@@ -214,8 +216,7 @@ bool cli_stdout_tty(void)
     return isatty(1);
 }
 
-int cli_dispatch(const char *cmd, const struct cli_sub *subs, size_t nsubs, int argc,
-                 char **argv)
+int cli_dispatch(const char *cmd, const struct cli_sub *subs, size_t nsubs, int argc, char **argv)
 {
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         printf("usage: cuda-agent %s <subcommand> [options]\n\nsubcommands:\n", cmd);

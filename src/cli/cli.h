@@ -14,11 +14,11 @@
 
 enum cli_exit {
     CLI_OK = 0,
-    CLI_FAILED = 1,    /* the operation failed */
-    CLI_USAGE = 2,     /* unknown command or option, bad or missing argument */
-    CLI_INVALID = 3,   /* the input (task, dataset, workspace) was rejected */
-    CLI_NOTFOUND = 4,  /* a named task, file or selector does not exist */
-    CLI_UNAVAIL = 69,  /* a needed component is missing (python3, pyarrow, evaluator) */
+    CLI_FAILED = 1,   /* the operation failed */
+    CLI_USAGE = 2,    /* unknown command or option, bad or missing argument */
+    CLI_INVALID = 3,  /* the input (task, dataset, workspace) was rejected */
+    CLI_NOTFOUND = 4, /* a named task, file or selector does not exist */
+    CLI_UNAVAIL = 69, /* a needed component is missing (python3, pyarrow, evaluator) */
 };
 
 enum cli_opt_kind {
@@ -32,9 +32,9 @@ struct cli_opt {
     char short_name;  /* 0: none */
     enum cli_opt_kind kind;
     void *target;
-    const char *arg;  /* argument name for help ("DIR") */
+    const char *arg; /* argument name for help ("DIR") */
     const char *help;
-    int64_t lo, hi;   /* CLI_OPT_INT range */
+    int64_t lo, hi; /* CLI_OPT_INT range */
 };
 
 struct cli_spec {
@@ -67,8 +67,7 @@ struct cli_sub {
 };
 
 /* Run argv[1] from subs (argv[0] is the command), or print help / a usage error. */
-int cli_dispatch(const char *cmd, const struct cli_sub *subs, size_t nsubs, int argc,
-                 char **argv);
+int cli_dispatch(const char *cmd, const struct cli_sub *subs, size_t nsubs, int argc, char **argv);
 
 /* Print v as indented JSON on stdout. */
 struct json_t;

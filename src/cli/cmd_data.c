@@ -131,8 +131,7 @@ static int data_show(int argc, char **argv)
                t->id, t->name, t->level, t->origin, t->init_signature);
         for (size_t k = 0; k < t->nops; k++)
             printf(" %s", t->ops[k]);
-        printf("\n\n%s%s", t->code,
-               t->code_len && t->code[t->code_len - 1] == '\n' ? "" : "\n");
+        printf("\n\n%s%s", t->code, t->code_len && t->code[t->code_len - 1] == '\n' ? "" : "\n");
     }
     rc = CLI_OK;
 out:
@@ -197,8 +196,8 @@ static int data_import(int argc, char **argv)
     }
     if (as_json) {
         json_t *v = json_pack("{s:s, s:I, s:I, s:I}", "output", out_path, "tasks",
-                              (json_int_t)set.n, "duplicates", (json_int_t)set.ndups,
-                              "relabelled", (json_int_t)set.relabelled);
+                              (json_int_t)set.n, "duplicates", (json_int_t)set.ndups, "relabelled",
+                              (json_int_t)set.relabelled);
         cli_print_json(v);
         json_decref(v);
     } else {

@@ -14,17 +14,17 @@
 
 enum {
     CA_EFIRST = -4200,
-    CA_ETOOBIG,     /* input over a named limit (limits.h) */
-    CA_EPARSE,      /* malformed input: JSON, task file, arguments */
-    CA_EUTF8,       /* invalid UTF-8 */
-    CA_EESCAPE,     /* path escapes its root (.., absolute, symlink) */
-    CA_EDUP,        /* duplicate id or name */
-    CA_ENOTFOUND,   /* a named thing (task, key, selector) does not exist */
-    CA_EAMBIGUOUS,  /* a selector matches several things */
-    CA_ETIMEOUT,    /* a child or request ran past its time limit */
-    CA_ECHILD,      /* a child process failed (exit status, signal, exec) */
-    CA_EUSAGE,      /* bad command-line usage */
-    CA_EUNAVAIL,    /* a needed component (python3, evaluator) is missing */
+    CA_ETOOBIG,    /* input over a named limit (limits.h) */
+    CA_EPARSE,     /* malformed input: JSON, task file, arguments */
+    CA_EUTF8,      /* invalid UTF-8 */
+    CA_EESCAPE,    /* path escapes its root (.., absolute, symlink) */
+    CA_EDUP,       /* duplicate id or name */
+    CA_ENOTFOUND,  /* a named thing (task, key, selector) does not exist */
+    CA_EAMBIGUOUS, /* a selector matches several things */
+    CA_ETIMEOUT,   /* a child or request ran past its time limit */
+    CA_ECHILD,     /* a child process failed (exit status, signal, exec) */
+    CA_EUSAGE,     /* bad command-line usage */
+    CA_EUNAVAIL,   /* a needed component (python3, evaluator) is missing */
     CA_ELAST,
 };
 

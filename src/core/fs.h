@@ -21,11 +21,11 @@
 #include "core/err.h"
 
 /* Append the file's contents to b; CA_ETOOBIG if larger than max bytes. */
-int fs_read_file(const char *path, size_t max, struct buf *b, struct ca_err *err)
-    WARN_UNUSED_RESULT;
+int fs_read_file(const char *path, size_t max, struct buf *b,
+                 struct ca_err *err) WARN_UNUSED_RESULT;
 /* Same from an open fd (read to EOF). */
-int fs_read_fd(int fd, size_t max, struct buf *b, const char *what, struct ca_err *err)
-    WARN_UNUSED_RESULT;
+int fs_read_fd(int fd, size_t max, struct buf *b, const char *what,
+               struct ca_err *err) WARN_UNUSED_RESULT;
 
 /*
  * Write data to path atomically: a temporary file in the same directory
@@ -42,8 +42,8 @@ int fs_mkdirs(const char *path, mode_t mode, struct ca_err *err) WARN_UNUSED_RES
 int fs_remove_tree(const char *path, struct ca_err *err) WARN_UNUSED_RESULT;
 /* Create a fresh directory next to `path` named "<path>.tmp-XXXXXX"; the
  * caller fills it and renames it into place (fs_rename_noreplace). */
-int fs_mkdtemp_beside(const char *path, struct buf *tmp_path, struct ca_err *err)
-    WARN_UNUSED_RESULT;
+int fs_mkdtemp_beside(const char *path, struct buf *tmp_path,
+                      struct ca_err *err) WARN_UNUSED_RESULT;
 /* rename(2) that fails with -EEXIST instead of replacing an existing path. */
 int fs_rename_noreplace(const char *from, const char *to, struct ca_err *err) WARN_UNUSED_RESULT;
 
@@ -85,11 +85,11 @@ int fs_root_open_at(const struct fs_root *root, const char *rel, int flags, mode
 int fs_root_read(const struct fs_root *root, const char *rel, size_t max, struct buf *b,
                  struct ca_err *err) WARN_UNUSED_RESULT;
 /* Atomic write of rel beneath root (parent directory must exist). */
-int fs_root_write_atomic(const struct fs_root *root, const char *rel, const void *data,
-                         size_t len, mode_t mode, struct ca_err *err) WARN_UNUSED_RESULT;
+int fs_root_write_atomic(const struct fs_root *root, const char *rel, const void *data, size_t len,
+                         mode_t mode, struct ca_err *err) WARN_UNUSED_RESULT;
 /* mkdir -p of rel beneath root. */
-int fs_root_mkdirs(const struct fs_root *root, const char *rel, mode_t mode, struct ca_err *err)
-    WARN_UNUSED_RESULT;
+int fs_root_mkdirs(const struct fs_root *root, const char *rel, mode_t mode,
+                   struct ca_err *err) WARN_UNUSED_RESULT;
 
 /* Whether the running kernel supports openat2 (cached after first call). */
 bool fs_have_openat2(void);

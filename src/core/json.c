@@ -56,8 +56,8 @@ int jsonx_parse(struct sv text, size_t max_bytes, const char *what, json_t **out
     json_error_t je;
     json_t *v = json_loadb(text.p, text.len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
     if (!v)
-        return err_setf(err, CA_EPARSE, "%s: invalid JSON at line %d, column %d: %s", what,
-                        je.line, je.column, je.text);
+        return err_setf(err, CA_EPARSE, "%s: invalid JSON at line %d, column %d: %s", what, je.line,
+                        je.column, je.text);
     *out = v;
     return 0;
 }
@@ -121,8 +121,8 @@ int jsonx_get_str(const json_t *obj, const char *key, bool required, const char 
     return 0;
 }
 
-int jsonx_get_int(const json_t *obj, const char *key, bool required, int64_t *out,
-                  const char *what, struct ca_err *err)
+int jsonx_get_int(const json_t *obj, const char *key, bool required, int64_t *out, const char *what,
+                  struct ca_err *err)
 {
     json_t *v;
     int rc = lookup(obj, key, required, "an integer", &v, what, err);
@@ -134,8 +134,8 @@ int jsonx_get_int(const json_t *obj, const char *key, bool required, int64_t *ou
     return 0;
 }
 
-int jsonx_get_bool(const json_t *obj, const char *key, bool required, bool *out,
-                   const char *what, struct ca_err *err)
+int jsonx_get_bool(const json_t *obj, const char *key, bool required, bool *out, const char *what,
+                   struct ca_err *err)
 {
     json_t *v;
     int rc = lookup(obj, key, required, "true or false", &v, what, err);

@@ -36,10 +36,10 @@ size_t jsonx_depth(struct sv text);
  */
 int jsonx_get_str(const json_t *obj, const char *key, bool required, const char **out,
                   const char *what, struct ca_err *err) WARN_UNUSED_RESULT;
-int jsonx_get_int(const json_t *obj, const char *key, bool required, int64_t *out,
-                  const char *what, struct ca_err *err) WARN_UNUSED_RESULT;
-int jsonx_get_bool(const json_t *obj, const char *key, bool required, bool *out,
-                   const char *what, struct ca_err *err) WARN_UNUSED_RESULT;
+int jsonx_get_int(const json_t *obj, const char *key, bool required, int64_t *out, const char *what,
+                  struct ca_err *err) WARN_UNUSED_RESULT;
+int jsonx_get_bool(const json_t *obj, const char *key, bool required, bool *out, const char *what,
+                   struct ca_err *err) WARN_UNUSED_RESULT;
 int jsonx_get_array(const json_t *obj, const char *key, bool required, json_t **out,
                     const char *what, struct ca_err *err) WARN_UNUSED_RESULT;
 int jsonx_get_object(const json_t *obj, const char *key, bool required, json_t **out,

@@ -63,14 +63,14 @@ void proc_result_release(struct proc_result *r);
  * negative code when it could not be started (exec failure: -errno with a
  * message naming argv[0]). *r must be initialised with proc_result_init.
  */
-int proc_run(const struct proc_opts *opts, struct proc_result *r, struct ca_err *err)
-    WARN_UNUSED_RESULT;
+int proc_run(const struct proc_opts *opts, struct proc_result *r,
+             struct ca_err *err) WARN_UNUSED_RESULT;
 
 /* True when r says the child exited with status 0 in time. */
 bool proc_ok(const struct proc_result *r);
 /* "exit 3", "killed by SIGKILL", "timed out after 5000 ms" into b. */
-int proc_describe(const struct proc_result *r, int64_t timeout_ms, struct buf *b)
-    WARN_UNUSED_RESULT;
+int proc_describe(const struct proc_result *r, int64_t timeout_ms,
+                  struct buf *b) WARN_UNUSED_RESULT;
 
 /* Look up a program in PATH; returns a heap path or NULL. */
 char *proc_which(const char *name);

@@ -55,16 +55,16 @@ char *sv_dup(struct sv s);
  * for i64; no spaces, no empty input, overflow checked. 0 or CA_EPARSE
  * (with a message naming `what`).
  */
-int sv_parse_u64(struct sv s, uint64_t *out, const char *what, struct ca_err *err)
-    WARN_UNUSED_RESULT;
-int sv_parse_i64(struct sv s, int64_t *out, const char *what, struct ca_err *err)
-    WARN_UNUSED_RESULT;
+int sv_parse_u64(struct sv s, uint64_t *out, const char *what,
+                 struct ca_err *err) WARN_UNUSED_RESULT;
+int sv_parse_i64(struct sv s, int64_t *out, const char *what,
+                 struct ca_err *err) WARN_UNUSED_RESULT;
 /* Like sv_parse_i64 with an inclusive range check. */
 int sv_parse_range(struct sv s, int64_t lo, int64_t hi, int64_t *out, const char *what,
                    struct ca_err *err) WARN_UNUSED_RESULT;
 /* A size such as "512", "64k", "16M", "2G" (powers of 1024). */
-int sv_parse_size(struct sv s, uint64_t *out, const char *what, struct ca_err *err)
-    WARN_UNUSED_RESULT;
+int sv_parse_size(struct sv s, uint64_t *out, const char *what,
+                  struct ca_err *err) WARN_UNUSED_RESULT;
 
 /*
  * Check UTF-8 validity (no overlongs, no surrogates, nothing above U+10FFFF).

@@ -36,22 +36,22 @@
 struct task {
     char *id;
     char *name;
-    int level;          /* KernelBench level from the tree, else 0 */
-    char *code;         /* the Python source, NUL-terminated */
+    int level;  /* KernelBench level from the tree, else 0 */
+    char *code; /* the Python source, NUL-terminated */
     size_t code_len;
-    uint64_t hash;      /* hash64(code) */
-    char **ops;         /* operators derived from the code ("nn.Conv2d", "torch.relu") */
+    uint64_t hash; /* hash64(code) */
+    char **ops;    /* operators derived from the code ("nn.Conv2d", "torch.relu") */
     size_t nops;
-    bool ops_relabelled; /* a label was given and disagreed with the code */
-    bool ops_unlabelled; /* no label was given */
-    char *data_source;   /* "torch#2" or NULL */
-    char *origin;        /* "path/file.py" or "data.jsonl:12", for messages */
+    bool ops_relabelled;  /* a label was given and disagreed with the code */
+    bool ops_unlabelled;  /* no label was given */
+    char *data_source;    /* "torch#2" or NULL */
+    char *origin;         /* "path/file.py" or "data.jsonl:12", for messages */
     char *init_signature; /* Model.__init__ parameter list, e.g. "self, n, k=3" */
 };
 
 struct task_duplicate {
-    char *origin;    /* where the dropped copy was */
-    char *kept_id;   /* the task it duplicates */
+    char *origin;  /* where the dropped copy was */
+    char *kept_id; /* the task it duplicates */
 };
 
 struct task_set {
@@ -67,8 +67,8 @@ void task_set_release(struct task_set *set);
 
 /*
  * Validate `code` as a KernelBench-format task and fill *t (caller-owned,
- * released with task_release). `origin` names it in messages; `line_base`
- * is added to line numbers (0 for files). Checks: size limit, no NUL bytes,
+ * released with task_release). `origin` names it in messages, with
+ * positions as ORIGIN:LINE:COL. Checks: size limit, no NUL bytes,
  * valid UTF-8 (reports line:col), a top-level `class Model(...)` deriving
  * from a Module with a `def forward`, top-level `def get_inputs` and
  * `def get_init_inputs`.
@@ -102,13 +102,14 @@ int task_set_find(const struct task_set *set, const char *selector, const struct
 int task_resolve(const char *ref, struct task_set *set, const struct task **out,
                  struct ca_err *err) WARN_UNUSED_RESULT;
 
-/* {"id","name","level","ops","data_source","origin","hash","code"?} */
+/* {"id","name","level","ops","ops_relabelled","data_source","origin","hash",
+ *  "init_signature","code"?} */
 json_t *task_to_json(const struct task *t, bool with_code);
 
 /* Write the set as normalised JSONL (code, ops, data_source, id, name,
  * level), atomically (temp file + rename); nothing is left on failure. */
-int task_set_write_jsonl(const struct task_set *set, const char *path, struct ca_err *err)
-    WARN_UNUSED_RESULT;
+int task_set_write_jsonl(const struct task_set *set, const char *path,
+                         struct ca_err *err) WARN_UNUSED_RESULT;
 
 /*
  * Convert a parquet dataset (columns code, ops, data_source) into

@@ -211,8 +211,7 @@ static bool is_our_workspace(const char *dir)
     return ok;
 }
 
-int workspace_create(const struct task *task, const char *dir, unsigned flags,
-                     struct ca_err *err)
+int workspace_create(const struct task *task, const char *dir, unsigned flags, struct ca_err *err)
 {
     int64_t t0 = ca_now_us();
     if (!dir || !*dir)
@@ -331,7 +330,10 @@ int workspace_check(const char *dir, json_t **report, struct ca_err *err)
     json_t *writable = json_array(), *ignored = json_array();
     rc = fs_root_read(&root, WORKSPACE_MANIFEST, CA_LIMIT_JSON_BYTES, &text, err);
     if (rc) {
-        err_prefix(err, "%s is not a cuda-agent workspace", dir);
+        /* The directory exists (the root opened): it is just not a workspace. */
+        char inner[CA_ERR_MSG_MAX];
+        snprintf(inner, sizeof(inner), "%s", err ? err->msg : "");
+        rc = err_setf(err, CA_EPARSE, "%s is not a cuda-agent workspace: %s", dir, inner);
         goto out;
     }
     char what[CA_LIMIT_PATH + 32];
@@ -382,9 +384,9 @@ int workspace_check(const char *dir, json_t **report, struct ca_err *err)
             json_array_append(extra, v);
     }
     json_t *task = json_object_get(manifest, "task");
-    *report = json_pack("{s:b, s:O*, s:O, s:O, s:o}", "ok", json_array_size(problems) == 0,
-                        "task", task, "problems", problems, "writable_files", writable,
-                        "ignored_files", extra);
+    *report =
+        json_pack("{s:b, s:O*, s:O, s:O, s:o}", "ok", json_array_size(problems) == 0, "task", task,
+                  "problems", problems, "writable_files", writable, "ignored_files", extra);
 out:
     json_decref(manifest);
     json_decref(problems);

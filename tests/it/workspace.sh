@@ -51,7 +51,7 @@ run "$CA" workspace check "$W";  expect "tampered model.py is detected" 3 "TAMPE
 assert "problem names the file" grep -qF "model.py was modified" "$OUT"
 rm -f "$W/SKILL.md"
 run "$CA" workspace check "$W";  expect "missing SKILL.md is detected" 3 "SKILL.md is missing"
-run "$CA" workspace check "$PWD"; expect "check of a non-workspace" 1 "" "not a cuda-agent workspace"
+run "$CA" workspace check "$PWD"; expect "check of a non-workspace" 3 "" "not a cuda-agent workspace"
 
 run "$CA" workspace create --task "$EX/linear_gelu.py" "$W"
 expect "existing dir refused" 1 "" "already exists"
@@ -76,5 +76,5 @@ for bad in "$CA_REPO"/tests/it/data/tasks/bad/*.py; do
 done
 assert "no temporary directories left" no_leftovers
 run "$CA" workspace create --task "$EX/linear_gelu.py" "$PWD/no/such/parent/ws"
-expect "missing parent directory" 1 "" "no/such/parent"
+expect "missing parent directory" 4 "" "no/such/parent"
 finish

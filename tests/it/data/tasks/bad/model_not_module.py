@@ -1,0 +1,14 @@
+import torch
+
+
+class Model(object):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(4)]
+
+
+def get_init_inputs():
+    return []
