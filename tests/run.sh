@@ -19,6 +19,8 @@ export CA_REPO="$REPO" CUDA_AGENT="$REPO/$BUILD/cuda-agent" BUILD
 passed=0 failed=0 skipped=0
 failures=()
 TMP_ROOT=$(mktemp -d "${TMPDIR:-/tmp}/ca-tests-XXXXXX")
+# Searchable by others: some unit tests drop to an unprivileged user inside it.
+chmod 711 "$TMP_ROOT"
 trap 'rm -rf "$TMP_ROOT"' EXIT
 
 want() { [ -z "$FILTER" ] || [[ "$1" =~ $FILTER ]]; }

@@ -110,8 +110,7 @@ static int run_forked(const struct test_case *c, int timeout)
         if (WTERMSIG(st) == SIGALRM)
             fprintf(stderr, "  timed out after %d s\n", timeout);
         else
-            fprintf(stderr, "  killed by signal %d (%s)\n", WTERMSIG(st),
-                    strsignal(WTERMSIG(st)));
+            fprintf(stderr, "  killed by signal %d (%s)\n", WTERMSIG(st), strsignal(WTERMSIG(st)));
         return 1;
     }
     return WEXITSTATUS(st);

@@ -75,8 +75,7 @@ TEST(json_parse_good_and_errors)
 {
     struct ca_err err = {0};
     json_t *v;
-    REQUIRE(jsonx_parse(SV_LIT("{\"a\": 1, \"s\": \"x\", \"b\": true}"), 1000, "t", &v, &err) ==
-            0);
+    REQUIRE(jsonx_parse(SV_LIT("{\"a\": 1, \"s\": \"x\", \"b\": true}"), 1000, "t", &v, &err) == 0);
     int64_t a = 0;
     const char *s = NULL;
     bool b = false;
@@ -195,9 +194,10 @@ TEST(log_events_are_json_lines)
 
 TEST(embedded_template_is_present)
 {
-    const char *need[] = {"template/SKILL.md", "template/binding.cpp",
-                          "template/binding_registry.h", "template/model_new.py.in",
-                          "template/compile", "template/verify", "template/profile"};
+    const char *need[] = {
+        "template/SKILL.md",        "template/binding.cpp", "template/binding_registry.h",
+        "template/model_new.py.in", "template/compile",     "template/verify",
+        "template/profile"};
     for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
         const struct embedded_file *f = embed_find(need[i]);
         CHECK(f != NULL);

@@ -94,9 +94,9 @@ TEST(utf8_validation)
     CHECK_EQ(off, 2);
     CHECK(!utf8_valid("\xc0\xaf", 2, &off)); /* overlong '/' */
     CHECK_EQ(off, 0);
-    CHECK(!utf8_valid("\xed\xa0\x80", 3, &off)); /* surrogate */
+    CHECK(!utf8_valid("\xed\xa0\x80", 3, &off));     /* surrogate */
     CHECK(!utf8_valid("\xf4\x90\x80\x80", 4, &off)); /* above U+10FFFF */
-    CHECK(!utf8_valid("x\xe2\x82", 3, &off)); /* truncated sequence */
+    CHECK(!utf8_valid("x\xe2\x82", 3, &off));        /* truncated sequence */
     CHECK_EQ(off, 1);
     CHECK(!utf8_valid("\x80", 1, &off)); /* lone continuation byte */
 }

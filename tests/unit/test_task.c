@@ -522,6 +522,7 @@ TEST(tree_broken_file_fails_whole_load)
 
 TEST(tree_without_levels)
 {
+    /* No level<N>/ folders: the directory itself is a flat folder of task files. */
     make_dir("t");
     make_dir("t/tasks");
     make_tree_file("t/tasks/1_A.py", TASK_CODE("return x"));
@@ -530,11 +531,19 @@ TEST(tree_without_levels)
     struct ca_err err = {0};
     task_set_init(&set);
     CHECK_EQ(task_load(dir, &set, &err), CA_EPARSE);
-    CHECK_CONTAINS(err.msg, "t: no level<N>/ folders: a task tree holds level1/1_Name.py");
+    CHECK_CONTAINS(err.msg,
+                   "t: no task files: a task directory holds *.py task files, or level<N>/");
+    CHECK_EQ(set.n, 0);
     make_dir("t/level1");
     CHECK_EQ(task_load(dir, &set, &err), CA_EPARSE);
-    CHECK_CONTAINS(err.msg, "hold no .py task files");
+    CHECK_CONTAINS(err.msg, "no task files");
     CHECK_EQ(set.n, 0);
+    free(dir);
+    dir = tmp_path("t/tasks");
+    REQUIRE(task_load(dir, &set, &err) == 0);
+    REQUIRE(set.n == 1);
+    CHECK_EQ(set.tasks[0].level, 0);
+    CHECK_STR(set.tasks[0].name, "1_A");
     task_set_release(&set);
     free(dir);
 }

@@ -1,0 +1,27 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Fused elementwise: x * sigmoid(x) * scale + bias, bias broadcast over the last dim."""
+
+    def __init__(self, features, scale):
+        super().__init__()
+        self.scale = scale
+        self.bias = nn.Parameter(torch.randn(features) * 0.1)
+
+    def forward(self, x):
+        return x * torch.sigmoid(x) * self.scale + self.bias
+
+
+batch_size = 8192
+features = 4096
+scale = 1.5
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+
+def get_init_inputs():
+    return [features, scale]
