@@ -67,6 +67,7 @@ done
 echo "== it"
 for t in tests/it/*.sh; do
     [ -f "$t" ] || continue
+    [ "$(basename "$t")" = lib.sh ] && continue # sourced by the others
     name=it/$(basename "$t" .sh)
     want "$name" || continue
     log="$TMP_ROOT/it-$(basename "$t").log"

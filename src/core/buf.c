@@ -59,10 +59,16 @@ int buf_add(struct buf *b, const void *p, size_t n)
 {
     if (n == 0)
         return 0;
+    /* p may point into our own storage, which buf_reserve may move. */
+    const char *src = p;
+    bool self = b->cap && src >= b->data && src < b->data + b->cap;
+    size_t off = self ? (size_t)(src - b->data) : 0;
     int rc = buf_reserve(b, n);
     if (rc)
         return rc;
-    memmove(b->data + b->len, p, n);
+    if (self)
+        src = b->data + off;
+    memmove(b->data + b->len, src, n);
     b->len += n;
     b->data[b->len] = '\0';
     return 0;

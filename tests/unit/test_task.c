@@ -218,25 +218,29 @@ TEST(parse_docstring_and_comment_defs_do_not_count)
     task_release(&t);
 }
 
-TEST(parse_bad_fixtures)
+/*
+ * Every DIR/NAME<ext> fixture must fail to load with the text of DIR/NAME.expect in the
+ * message, and add nothing to the set. Returns how many fixtures were checked.
+ */
+static int check_bad_fixtures(const char *subdir, const char *ext)
 {
-    /* every tests/it/data/tasks/bad/NAME.py fails with NAME.expect in the message */
-    char *dir = fixture("bad");
+    char *dir = fixture(subdir);
     DIR *d = opendir(dir);
     REQUIRE(d);
     struct dirent *de;
+    size_t elen = strlen(ext);
     int seen = 0;
     while ((de = readdir(d))) {
         size_t n = strlen(de->d_name);
-        if (n < 4 || strcmp(de->d_name + n - 3, ".py") != 0)
+        if (n <= elen || strcmp(de->d_name + n - elen, ext) != 0)
             continue;
-        char *py = xstrfmt("%s/%s", dir, de->d_name);
-        char *expect_path = xstrfmt("%s/%.*s.expect", dir, (int)(n - 3), de->d_name);
+        char *path = xstrfmt("%s/%s", dir, de->d_name);
+        char *expect_path = xstrfmt("%s/%.*s.expect", dir, (int)(n - elen), de->d_name);
         char *expect = read_str(expect_path);
         struct task_set set;
         struct ca_err err = {0};
         task_set_init(&set);
-        int rc = task_load(py, &set, &err);
+        int rc = task_load(path, &set, &err);
         if (rc == 0 || !strstr(err.msg, expect))
             test__fail(__FILE__, __LINE__, "%s: rc %d, message \"%s\", expected \"%s\"", de->d_name,
                        rc, err.msg, expect);
@@ -244,12 +248,17 @@ TEST(parse_bad_fixtures)
         task_set_release(&set);
         free(expect);
         free(expect_path);
-        free(py);
+        free(path);
         seen++;
     }
     closedir(d);
     free(dir);
-    CHECK(seen >= 6);
+    return seen;
+}
+
+TEST(parse_bad_fixtures)
+{
+    CHECK(check_bad_fixtures("bad", ".py") >= 6);
 }
 
 TEST(parse_invalid_utf8_position)
@@ -607,35 +616,7 @@ TEST(jsonl_fixture)
 
 TEST(jsonl_bad_fixtures)
 {
-    char *dir = fixture("bad_jsonl");
-    DIR *d = opendir(dir);
-    REQUIRE(d);
-    struct dirent *de;
-    int seen = 0;
-    while ((de = readdir(d))) {
-        size_t n = strlen(de->d_name);
-        if (n < 7 || strcmp(de->d_name + n - 6, ".jsonl") != 0)
-            continue;
-        char *path = xstrfmt("%s/%s", dir, de->d_name);
-        char *expect_path = xstrfmt("%s/%.*s.expect", dir, (int)(n - 6), de->d_name);
-        char *expect = read_str(expect_path);
-        struct task_set set;
-        struct ca_err err = {0};
-        task_set_init(&set);
-        int rc = task_load(path, &set, &err);
-        if (rc == 0 || !strstr(err.msg, expect))
-            test__fail(__FILE__, __LINE__, "%s: rc %d, message \"%s\", expected \"%s\"", de->d_name,
-                       rc, err.msg, expect);
-        CHECK_EQ(set.n, 0);
-        task_set_release(&set);
-        free(expect);
-        free(expect_path);
-        free(path);
-        seen++;
-    }
-    closedir(d);
-    free(dir);
-    CHECK(seen >= 8);
+    CHECK(check_bad_fixtures("bad_jsonl", ".jsonl") >= 8);
 }
 
 static int load_jsonl_text(const char *text, struct task_set *set, struct ca_err *err)
