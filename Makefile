@@ -9,7 +9,7 @@
 
 CC ?= cc
 PKG_CONFIG ?= pkg-config
-PKGS := jansson libxxhash
+PKGS := jansson libxxhash libpcre2-8 libseccomp
 SANITIZE ?=
 WERROR ?=
 
@@ -96,7 +96,7 @@ test: $(BIN) $(UNIT_BIN)
 clean:
 	rm -rf build build-san build-fuzz
 
-FORMAT_SRC = $(shell find src tests/unit tests/fuzz tools -name '*.[ch]')
+FORMAT_SRC = $(shell find src tests/unit tests/fuzz tools bench -name '*.[ch]')
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:
@@ -129,3 +129,12 @@ fuzz: fuzz-build
 			2>$(FUZZ_BUILD)/fuzz_$$t.log || { tail -50 $(FUZZ_BUILD)/fuzz_$$t.log; exit 1; }; \
 		tail -1 $(FUZZ_BUILD)/fuzz_$$t.log; \
 	done
+
+# Benchmarks written in C: make bench, then build/bench/<name>.
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+.PHONY: bench
+bench: $(BENCH_BIN)
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)

@@ -20,6 +20,7 @@ struct cli_cmd {
 
 static const struct cli_cmd commands[] = {
     {"workspace", cmd_workspace, "create or check an episode workspace from a task"},
+    {"tool", cmd_tool, "run one agent tool call in an episode's sandbox (persistent shell)"},
     {"data", cmd_data,
      "list, check and import task sources (.py, KernelBench tree, JSONL, parquet)"},
     {"version", cmd_version, "print the version"},
@@ -109,5 +110,5 @@ int main(int argc, char **argv)
     for (size_t c = 0; c < ARRAY_SIZE(commands); c++)
         if (strcmp(commands[c].name, name) == 0)
             return commands[c].fn(argc - i, argv + i);
-    return cli_usage_error(NULL, "unknown command '%s' (commands: workspace, data, version)", name);
+    return cli_usage_error(NULL, "unknown command '%s' (see 'cuda-agent --help')", name);
 }

@@ -31,6 +31,8 @@
 #define CA_LIMIT_COMPILE_LOG (256 * CA_KIB)
 /* Output of one tool call returned to the model. */
 #define CA_LIMIT_TOOL_OUTPUT (64 * CA_KIB)
+/* Content of one Write (and one Edit/NotebookEdit string) from the model. */
+#define CA_LIMIT_WRITE_BYTES (4 * CA_MIB)
 /* One request to a server (MCP, OpenEnv). */
 #define CA_LIMIT_REQUEST_BYTES (8 * CA_MIB)
 /* One reply from a model server. */

@@ -289,3 +289,36 @@ void sv_line_col(struct sv s, size_t off, size_t *line, size_t *col)
     *line = l;
     *col = c;
 }
+
+long utf8_sanitize(const char *p, size_t n, struct buf *out)
+{
+    static const char repl[] = "\xef\xbf\xbd"; /* U+FFFD */
+    long replaced = 0;
+    size_t i = 0;
+    while (i < n) {
+        size_t bad;
+        size_t run = n - i;
+        if (utf8_valid(p + i, run, &bad))
+            bad = run;
+        /* p[i..i+bad) is valid; NULs inside it are replaced too. */
+        size_t start = i, end = i + bad;
+        for (size_t k = start; k < end; k++) {
+            if (p[k] != '\0')
+                continue;
+            if (buf_add(out, p + start, k - start) || buf_add(out, repl, 3))
+                return CA_ETOOBIG;
+            replaced++;
+            start = k + 1;
+        }
+        if (buf_add(out, p + start, end - start))
+            return CA_ETOOBIG;
+        i = end;
+        if (i < n) {
+            if (buf_add(out, repl, 3))
+                return CA_ETOOBIG;
+            replaced++;
+            i++;
+        }
+    }
+    return replaced;
+}

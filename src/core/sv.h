@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/buf.h"
 #include "core/err.h"
 
 struct sv {
@@ -72,6 +73,13 @@ int sv_parse_size(struct sv s, uint64_t *out, const char *what,
  * the first bad byte.
  */
 bool utf8_valid(const char *p, size_t n, size_t *bad_offset);
+/*
+ * Append p[0..n) to out as valid UTF-8 text: each invalid byte and each NUL
+ * becomes U+FFFD. Returns how many bytes were replaced, or a negative code
+ * when out's bound was reached (out then holds what fitted).
+ */
+long utf8_sanitize(const char *p, size_t n, struct buf *out);
+
 /* 1-based line and column of byte offset `off` in s. */
 void sv_line_col(struct sv s, size_t off, size_t *line, size_t *col);
 

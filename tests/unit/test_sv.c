@@ -112,3 +112,25 @@ TEST(line_and_column)
     CHECK_EQ(line, 1);
     CHECK_EQ(col, 1);
 }
+
+TEST(utf8_sanitize_replaces_bad_bytes_and_nul)
+{
+    struct buf b;
+    buf_init(&b, 100);
+    CHECK_EQ(utf8_sanitize("ok\xc3\xa9", 4, &b), 0);
+    CHECK_STR(b.data, "ok\xc3\xa9");
+    buf_reset(&b);
+    CHECK_EQ(utf8_sanitize("a\xff"
+                           "b\0c\xe2\x82",
+                           7, &b),
+             4);
+    CHECK_STR(b.data, "a\xef\xbf\xbd"
+                      "b\xef\xbf\xbd"
+                      "c\xef\xbf\xbd\xef\xbf\xbd");
+    CHECK(utf8_valid(b.data, b.len, NULL));
+    struct buf small;
+    buf_init(&small, 4);
+    CHECK(utf8_sanitize("\xff\xff", 2, &small) < 0);
+    buf_release(&small);
+    buf_release(&b);
+}

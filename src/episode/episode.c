@@ -1,0 +1,748 @@
+/*
+ * episode.c - an episode in process (sandbox + shells + tools) and the
+ * supervisor that serves it over a unix socket.
+ *
+ * The supervisor is single-threaded: it polls the listening socket and the
+ * shells' output pipes (so background shells never stall), serves one
+ * connection at a time to completion, and exits on "close" or after the
+ * idle timeout. Starting a supervisor is serialised by an flock on the
+ * episode's lock file, so two concurrent first calls cannot start two.
+ */
+#include "episode/episode.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "core/fs.h"
+#include "core/json.h"
+#include "core/limits.h"
+#include "core/log.h"
+#include "sandbox/shell.h"
+#include "core/banned.h"
+
+#define BASH_TIMEOUT_DEFAULT_MS 120000
+#define START_TIMEOUT_MS 15000
+#define IO_TIMEOUT_MS 10000
+
+struct episode {
+    char *dir;     /* <state>/<id> */
+    char *control; /* <state>/<id>/control */
+    char *workspace;
+    struct sandbox *sb;
+    struct shells *shells;
+    struct tool_ctx *tools;
+};
+
+int episode_check_id(const char *id, struct ca_err *err)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n > EPISODE_ID_MAX)
+        return err_setf(err, CA_EUSAGE, "episode id must be 1 to %d characters", EPISODE_ID_MAX);
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-' || (c == '.' && i > 0);
+        if (!ok)
+            return err_setf(err, CA_EUSAGE,
+                            "episode id '%s' may contain only letters, digits, '_', '-' and '.' "
+                            "(not first)",
+                            id);
+    }
+    return 0;
+}
+
+static int ensure_private_dir(const char *path, struct ca_err *err)
+{
+    if (mkdir(path, 0700) != 0 && errno != EEXIST)
+        return err_setf(err, -errno, "cannot create %s: %s", path, strerror(errno));
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return err_setf(err, -errno, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+        return err_setf(err, CA_EESCAPE,
+                        "%s is not a directory owned by this user; refusing to "
+                        "keep episode state there",
+                        path);
+    if ((st.st_mode & 0077) && chmod(path, 0700) != 0)
+        return err_setf(err, -errno, "cannot make %s private: %s", path, strerror(errno));
+    return 0;
+}
+
+int episode_state_dir(struct buf *out, struct ca_err *err)
+{
+    const char *env = getenv("CUDA_AGENT_STATE_DIR");
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    int rc;
+    if (env && *env)
+        rc = buf_addstr(out, env);
+    else if (xdg && *xdg)
+        rc = buf_addf(out, "%s/cuda-agent", xdg);
+    else
+        rc = buf_addf(out, "/tmp/cuda-agent-%u", (unsigned)geteuid());
+    if (rc)
+        return err_setf(err, rc, "state directory path too long");
+    return ensure_private_dir(out->data, err);
+}
+
+static int episode_dir(const struct episode_opts *o, struct buf *dir, struct ca_err *err)
+{
+    int rc = episode_check_id(o->id, err);
+    if (rc)
+        return rc;
+    if (o->state_dir) {
+        rc = buf_addstr(dir, o->state_dir);
+        if (rc == 0)
+            rc = ensure_private_dir(dir->data, err);
+    } else {
+        rc = episode_state_dir(dir, err);
+    }
+    if (rc)
+        return rc;
+    if (buf_addf(dir, "/%s", o->id))
+        return err_setf(err, CA_ETOOBIG, "episode state path too long");
+    return ensure_private_dir(dir->data, err);
+}
+
+/* ---- shell tools ---- */
+
+/*
+ * Append program output to the model-facing text as valid UTF-8 (invalid
+ * bytes and NULs become U+FFFD, counted in "replaced_bytes"), cut at a
+ * character boundary if the text would go over its limit.
+ */
+static int append_output(struct tool_result *res, const char *p, size_t n)
+{
+    struct buf clean;
+    buf_init(&clean, 3 * n + 16);
+    long replaced = utf8_sanitize(p, n, &clean);
+    if (replaced < 0)
+        BUG("sanitised output over 3x its input");
+    size_t room = res->text.max - res->text.len;
+    size_t take = clean.len;
+    if (take > room - 128) {
+        take = room - 128;
+        while (take && ((unsigned char)clean.data[take] & 0xC0) == 0x80)
+            take--;
+    }
+    int rc = buf_add(&res->text, clean.data, take);
+    if (rc == 0 && take < clean.len)
+        rc = buf_addf(&res->text, "\n[... %zu more bytes cut: output limit reached ...]",
+                      clean.len - take);
+    if (replaced)
+        json_object_set_new(res->fields, "replaced_bytes", json_integer(replaced));
+    buf_release(&clean);
+    return rc;
+}
+
+static int bash_tool(void *data, const json_t *args, struct tool_result *res)
+{
+    struct episode *ep = data;
+    const char *cmd = json_string_value(json_object_get(args, "command"));
+    json_t *t = json_object_get(args, "timeout");
+    int64_t timeout = t ? json_integer_value(t) : BASH_TIMEOUT_DEFAULT_MS;
+    struct ca_err err = {0};
+    if (json_is_true(json_object_get(args, "run_in_background"))) {
+        char id[32];
+        if (shells_start_bg(ep->shells, cmd, id, sizeof(id), &err))
+            return tool_result_errorf(res, "%s", err.msg);
+        if (buf_addf(&res->text,
+                     "Started background shell %s. Read its output with BashOutput "
+                     "(bash_id \"%s\"); stop it with KillBash (shell_id \"%s\").",
+                     id, id, id))
+            BUG("tool text over its limit");
+        json_object_set_new(res->fields, "bash_id", json_string(id));
+        return 0;
+    }
+    struct shell_result r;
+    shell_result_init(&r);
+    int rc = shells_run(ep->shells, cmd, timeout, 0, &r, &err);
+    if (rc) {
+        shell_result_release(&r);
+        return tool_result_errorf(res, "the command could not be run: %s", err.msg);
+    }
+    int e = 0;
+    if (r.shell_restarted)
+        e |= buf_addstr(&res->text, "[the previous shell had exited; this is a new shell: working "
+                                    "directory and variables were reset]\n");
+    e |= append_output(res, r.output.data, r.output.len);
+    if (r.timed_out)
+        e |= buf_addf(&res->text,
+                      "%s[timed out after %lld ms: every process the command started was killed; "
+                      "the shell is still usable]",
+                      res->text.len ? "\n" : "", (long long)timeout);
+    else if (r.exit_code != 0)
+        e |= buf_addf(&res->text, "%s[exit code %d]", res->text.len ? "\n" : "", r.exit_code);
+    if (e)
+        BUG("tool text over its limit");
+    json_object_set_new(res->fields, "exit_code", json_integer(r.exit_code));
+    json_object_set_new(res->fields, "timed_out", json_boolean(r.timed_out));
+    json_object_set_new(res->fields, "truncated", json_boolean(r.truncated));
+    json_object_set_new(res->fields, "output_bytes", json_integer((json_int_t)r.output_bytes));
+    json_object_set_new(res->fields, "elapsed_ms", json_real((double)r.elapsed_us / 1000.0));
+    res->is_error = r.timed_out;
+    shell_result_release(&r);
+    return 0;
+}
+
+/* Keep only the lines of text[0..len) that match re; appended to out. */
+static int filter_lines(const char *text, size_t len, pcre2_code *re, struct buf *out)
+{
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    struct sv s = sv_from(text, len), line;
+    int rc = 0;
+    while (rc == 0 && sv_next_line(&s, &line, NULL)) {
+        if (pcre2_match(re, (PCRE2_SPTR)line.p, line.len, 0, 0, md, NULL) >= 0)
+            rc = buf_add(out, line.p, line.len) || buf_addch(out, '\n');
+    }
+    pcre2_match_data_free(md);
+    return rc;
+}
+
+static int bash_output_tool(void *data, const json_t *args, struct tool_result *res)
+{
+    struct episode *ep = data;
+    const char *id = json_string_value(json_object_get(args, "bash_id"));
+    const char *filter = json_string_value(json_object_get(args, "filter"));
+    pcre2_code *re = NULL;
+    if (filter) {
+        int code;
+        PCRE2_SIZE off;
+        re = pcre2_compile((PCRE2_SPTR)filter, PCRE2_ZERO_TERMINATED,
+                           PCRE2_UTF | PCRE2_MATCH_INVALID_UTF, &code, &off, NULL);
+        if (!re) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(code, msg, sizeof(msg));
+            return tool_result_errorf(res,
+                                      "filter is not a valid regular expression: %s (at "
+                                      "offset %zu)",
+                                      (const char *)msg, (size_t)off);
+        }
+    }
+    struct buf raw;
+    buf_init(&raw, CA_LIMIT_TOOL_OUTPUT);
+    struct shell_bg_status st;
+    struct ca_err err = {0};
+    int rc = shells_bg_output(ep->shells, id, &raw, CA_LIMIT_TOOL_OUTPUT - 512, &st, &err);
+    if (rc) {
+        buf_release(&raw);
+        pcre2_code_free(re);
+        return tool_result_errorf(res, "%s", err.msg);
+    }
+    int e = 0;
+    if (st.dropped)
+        e |= buf_addf(&res->text,
+                      "[%zu bytes of older output were dropped: the buffer keeps the "
+                      "newest output only]\n",
+                      st.dropped);
+    if (re) {
+        struct buf kept;
+        buf_init(&kept, raw.max);
+        e |= filter_lines(raw.data, raw.len, re, &kept);
+        e |= append_output(res, kept.data, kept.len);
+        buf_release(&kept);
+    } else {
+        e |= append_output(res, raw.data, raw.len);
+    }
+    if (st.running)
+        e |= buf_addf(&res->text, "%s[%s is running]", raw.len ? "\n" : "", id);
+    else
+        e |= buf_addf(&res->text, "%s[%s exited with code %d]", raw.len ? "\n" : "", id,
+                      st.exit_code);
+    if (e)
+        BUG("tool text over its limit");
+    json_object_set_new(res->fields, "running", json_boolean(st.running));
+    if (!st.running)
+        json_object_set_new(res->fields, "exit_code", json_integer(st.exit_code));
+    json_object_set_new(res->fields, "dropped_bytes", json_integer((json_int_t)st.dropped));
+    buf_release(&raw);
+    pcre2_code_free(re);
+    return 0;
+}
+
+static int kill_bash_tool(void *data, const json_t *args, struct tool_result *res)
+{
+    struct episode *ep = data;
+    const char *id = json_string_value(json_object_get(args, "shell_id"));
+    struct ca_err err = {0};
+    if (shells_bg_kill(ep->shells, id, &err))
+        return tool_result_errorf(res, "%s", err.msg);
+    if (buf_addf(&res->text, "Killed background shell %s.", id))
+        BUG("tool text over its limit");
+    return 0;
+}
+
+/* ---- the in-process episode ---- */
+
+int episode_open(const struct episode_opts *o, struct episode **out, struct ca_err *err)
+{
+    struct buf dir;
+    buf_init(&dir, CA_LIMIT_PATH);
+    struct episode *ep = xcalloc(1, sizeof(*ep));
+    int rc = episode_dir(o, &dir, err);
+    if (rc)
+        goto fail;
+    if (!o->workspace || !fs_is_dir(o->workspace)) {
+        rc = err_setf(err, CA_ENOTFOUND, "workspace %s is not a directory",
+                      o->workspace ? o->workspace : "(none given)");
+        goto fail;
+    }
+    ep->dir = buf_detach(&dir, NULL);
+    ep->control = xstrfmt("%s/control", ep->dir);
+    ep->workspace = realpath(o->workspace, NULL);
+    if (!ep->workspace) {
+        rc = err_setf(err, -errno, "%s: %s", o->workspace, strerror(errno));
+        goto fail;
+    }
+    rc = ensure_private_dir(ep->control, err);
+    if (rc)
+        goto fail;
+    /* The sandbox's uid 0 maps to us; the control dir must be readable inside. */
+    if (chmod(ep->control, 0755) != 0) {
+        rc = err_setf(err, -errno, "%s: %s", ep->control, strerror(errno));
+        goto fail;
+    }
+    rc = tool_ctx_new(ep->workspace, &ep->tools, err);
+    if (rc)
+        goto fail;
+    struct sandbox_opts so = {
+        .workspace = ep->workspace,
+        .ro_paths = tool_ctx_ro_paths(ep->tools),
+        .control_dir = ep->control,
+        .limits = o->limits,
+        .flags = o->sandbox_flags,
+    };
+    rc = sandbox_start(&so, &ep->sb, err);
+    if (rc)
+        goto fail;
+    rc = shells_new(ep->sb, ep->control, &ep->shells, err);
+    if (rc)
+        goto fail;
+    struct tool_shell_ops ops = {ep, bash_tool, bash_output_tool, kill_bash_tool};
+    tool_ctx_set_shell(ep->tools, &ops);
+    *out = ep;
+    return 0;
+fail:
+    buf_release(&dir);
+    episode_close(ep);
+    return rc;
+}
+
+int episode_call(struct episode *ep, const char *tool, const json_t *args, struct tool_result *res)
+{
+    return tool_call(ep->tools, tool, args, res);
+}
+
+struct sandbox *episode_sandbox(struct episode *ep)
+{
+    return ep->sb;
+}
+
+void episode_close(struct episode *ep)
+{
+    if (!ep)
+        return;
+    shells_free(ep->shells);
+    sandbox_free(ep->sb);
+    tool_ctx_free(ep->tools);
+    free(ep->workspace);
+    free(ep->control);
+    free(ep->dir);
+    free(ep);
+}
+
+/* ---- framing ---- */
+
+static int io_wait(int fd, short events, int64_t deadline_us)
+{
+    for (;;) {
+        int64_t left = deadline_us == INT64_MAX ? -1 : (deadline_us - ca_now_us()) / 1000;
+        if (deadline_us != INT64_MAX && left <= 0)
+            return CA_ETIMEOUT;
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return -errno;
+    }
+}
+
+static int read_full(int fd, void *p, size_t n, int64_t deadline_us)
+{
+    char *c = p;
+    while (n) {
+        ssize_t r = read(fd, c, n);
+        if (r > 0) {
+            c += r;
+            n -= (size_t)r;
+            continue;
+        }
+        if (r == 0)
+            return -ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN)
+            return -errno;
+        int rc = io_wait(fd, POLLIN, deadline_us);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const void *p, size_t n, int64_t deadline_us)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            c += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno != EAGAIN)
+            return -errno;
+        int rc = io_wait(fd, POLLOUT, deadline_us);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int send_msg(int fd, const json_t *msg, int64_t deadline_us, struct ca_err *err)
+{
+    struct buf b;
+    buf_init(&b, CA_LIMIT_REQUEST_BYTES);
+    int rc = buf_addstr(&b, "    ");
+    if (rc == 0)
+        rc = jsonx_dump(msg, 0, &b);
+    if (rc) {
+        buf_release(&b);
+        return err_setf(err, rc, "message over %zu bytes", (size_t)CA_LIMIT_REQUEST_BYTES);
+    }
+    uint32_t len = (uint32_t)(b.len - 4);
+    unsigned char hdr[4] = {len >> 24, len >> 16, len >> 8, len};
+    memcpy(b.data, hdr, 4);
+    rc = write_full(fd, b.data, b.len, deadline_us);
+    buf_release(&b);
+    if (rc)
+        return err_setf(err, rc, "cannot send to the episode supervisor: %s", ca_strerror(rc));
+    return 0;
+}
+
+static int recv_msg(int fd, json_t **msg, int64_t deadline_us, struct ca_err *err)
+{
+    unsigned char hdr[4];
+    int rc = read_full(fd, hdr, 4, deadline_us);
+    if (rc)
+        return err_setf(err, rc, "no reply: %s", ca_strerror(rc));
+    uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+    if (len > CA_LIMIT_REQUEST_BYTES)
+        return err_setf(err, CA_ETOOBIG, "message of %u bytes is over the limit of %zu", len,
+                        (size_t)CA_LIMIT_REQUEST_BYTES);
+    char *body = xmalloc(len + 1);
+    rc = read_full(fd, body, len, deadline_us);
+    if (rc == 0)
+        rc = jsonx_parse(sv_from(body, len), CA_LIMIT_REQUEST_BYTES, "episode message", msg, err);
+    else
+        err_setf(err, rc, "truncated message: %s", ca_strerror(rc));
+    free(body);
+    return rc;
+}
+
+/* ---- supervisor ---- */
+
+static json_t *handle(struct episode *ep, const json_t *req, bool *stop)
+{
+    const char *op = json_string_value(json_object_get(req, "op"));
+    const char *tool = json_string_value(json_object_get(req, "tool"));
+    if (op && strcmp(op, "ping") == 0)
+        return json_pack("{s:b, s:s, s:I, s:I}", "ok", 1, "workspace", ep->workspace,
+                         "supervisor_pid", (json_int_t)getpid(), "init_pid",
+                         (json_int_t)sandbox_init_pid(ep->sb));
+    if (op && strcmp(op, "close") == 0) {
+        *stop = true;
+        return json_pack("{s:b}", "ok", 1);
+    }
+    if (!tool)
+        return json_pack("{s:b, s:s}", "is_error", 1, "text",
+                         "a request names a tool (\"tool\") or an op (\"ping\", \"close\")");
+    json_t *args = json_object_get(req, "args");
+    json_t *empty = NULL;
+    if (!args)
+        args = empty = json_object();
+    struct tool_result res;
+    tool_result_init(&res);
+    json_t *reply;
+    if (episode_call(ep, tool, args, &res) != 0)
+        reply = json_pack("{s:b, s:s}", "is_error", 1, "text", "internal error running the tool");
+    else
+        reply = tool_result_to_json(&res);
+    tool_result_release(&res);
+    json_decref(empty);
+    return reply;
+}
+
+static void serve_conn(struct episode *ep, int conn, bool *stop)
+{
+    struct ca_err err = {0};
+    json_t *req = NULL;
+    int64_t deadline = ca_now_us() + (int64_t)IO_TIMEOUT_MS * 1000;
+    if (recv_msg(conn, &req, deadline, &err) != 0) {
+        json_t *r = json_pack("{s:b, s:s}", "is_error", 1, "text", err.msg);
+        (void)send_msg(conn, r, deadline, &err);
+        json_decref(r);
+        return;
+    }
+    int64_t t0 = ca_now_us();
+    json_t *reply = handle(ep, req, stop);
+    if (log_events_on())
+        log_event("episode.request", ca_now_us() - t0,
+                  json_pack("{s:s?, s:s?}", "tool", json_string_value(json_object_get(req, "tool")),
+                            "op", json_string_value(json_object_get(req, "op"))));
+    deadline = ca_now_us() + (int64_t)IO_TIMEOUT_MS * 1000;
+    if (send_msg(conn, reply, deadline, &err))
+        LOG_WARN("reply lost: %s", err.msg);
+    json_decref(reply);
+    json_decref(req);
+}
+
+static int serve(struct episode *ep, int lfd, int64_t idle_ms)
+{
+    int64_t last = ca_now_us();
+    bool stop = false;
+    while (!stop) {
+        struct pollfd pfd[65];
+        int fds[64];
+        size_t n = shells_poll_fds(ep->shells, fds, ARRAY_SIZE(fds));
+        pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        for (size_t i = 0; i < n; i++)
+            pfd[i + 1] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+        int64_t left = idle_ms - (ca_now_us() - last) / 1000;
+        if (left <= 0) {
+            LOG_INFO("episode idle for %lld ms: closing", (long long)idle_ms);
+            break;
+        }
+        int k = poll(pfd, n + 1, left > 60000 ? 60000 : (int)left);
+        if (k < 0 && errno != EINTR)
+            return -errno;
+        shells_drain(ep->shells);
+        if (k > 0 && (pfd[0].revents & POLLIN)) {
+            int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+            if (conn < 0)
+                continue;
+            serve_conn(ep, conn, &stop);
+            close(conn);
+            last = ca_now_us();
+        }
+    }
+    return 0;
+}
+
+static int sock_addr(const char *dir, struct sockaddr_un *sa, struct ca_err *err)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    int n = snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/sock", dir);
+    if (n < 0 || (size_t)n >= sizeof(sa->sun_path))
+        return err_setf(err, CA_ETOOBIG,
+                        "%s/sock is longer than a unix socket path may be (%zu bytes); set "
+                        "CUDA_AGENT_STATE_DIR to a shorter directory",
+                        dir, sizeof(sa->sun_path) - 1);
+    return 0;
+}
+
+static int connect_sock(const char *dir, struct ca_err *err)
+{
+    struct sockaddr_un sa;
+    int rc = sock_addr(dir, &sa, err);
+    if (rc)
+        return rc;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return err_setf(err, -errno, "socket: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int e = errno;
+        close(fd);
+        return err_setf(err, -e, "episode supervisor at %s: %s", sa.sun_path, strerror(e));
+    }
+    return fd;
+}
+
+/* Child side of the start: open the episode, listen, report readiness, serve. */
+static CA_NORETURN void supervise(const struct episode_opts *o, const char *dir, int ready_fd)
+{
+    struct ca_err err = {0};
+    struct episode *ep = NULL;
+    int lfd = -1;
+    struct sockaddr_un sa;
+    int rc = sock_addr(dir, &sa, &err);
+    if (rc == 0)
+        rc = episode_open(o, &ep, &err);
+    if (rc == 0) {
+        unlink(sa.sun_path);
+        lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(lfd, 16) != 0)
+            rc = err_setf(&err, -errno, "cannot listen on %s: %s", sa.sun_path, strerror(errno));
+    }
+    /* One line: the reader stops at the newline, since processes forked while
+     * opening the episode may hold copies of ready_fd open. */
+    char line[CA_ERR_MSG_MAX + 2];
+    snprintf(line, sizeof(line), "%s\n", rc ? err.msg : "ok");
+    if (write(ready_fd, line, strlen(line)) < 0)
+        rc = rc ? rc : -errno;
+    close(ready_fd);
+    if (rc == 0) {
+        serve(ep, lfd, o->idle_timeout_ms > 0 ? o->idle_timeout_ms : EPISODE_IDLE_DEFAULT_MS);
+        unlink(sa.sun_path);
+    }
+    episode_close(ep);
+    _exit(rc ? 1 : 0);
+}
+
+static int start_supervisor(const struct episode_opts *o, const char *dir, struct ca_err *err)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return err_setf(err, -errno, "pipe: %s", strerror(errno));
+    char *log_path = xstrfmt("%s/supervisor.log", dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(p[0]);
+        close(p[1]);
+        free(log_path);
+        return err_setf(err, -e, "fork: %s", strerror(e));
+    }
+    if (pid == 0) {
+        close(p[0]);
+        setsid();
+        if (fork() != 0)
+            _exit(0); /* the supervisor is re-parented away from the caller */
+        int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        int logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (nul >= 0)
+            dup2(nul, 0);
+        if (logfd >= 0) {
+            dup2(logfd, 1);
+            dup2(logfd, 2);
+        }
+        signal(SIGPIPE, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+        supervise(o, dir, p[1]);
+    }
+    close(p[1]);
+    free(log_path);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    char msg[CA_ERR_MSG_MAX];
+    size_t got = 0;
+    int64_t deadline = ca_now_us() + (int64_t)START_TIMEOUT_MS * 1000;
+    for (;;) {
+        if (io_wait(p[0], POLLIN, deadline) != 0) {
+            close(p[0]);
+            return err_setf(err, CA_ETIMEOUT, "the episode supervisor did not start within %d ms",
+                            START_TIMEOUT_MS);
+        }
+        ssize_t r = read(p[0], msg + got, sizeof(msg) - 1 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+        if (memchr(msg, '\n', got) || got == sizeof(msg) - 1)
+            break;
+    }
+    close(p[0]);
+    msg[got] = '\0';
+    char *nl = strchr(msg, '\n');
+    if (nl)
+        *nl = '\0';
+    if (strcmp(msg, "ok") != 0)
+        return err_setf(err, CA_ECHILD, "cannot start the episode: %s",
+                        got ? msg : "the supervisor died while starting (see supervisor.log)");
+    return 0;
+}
+
+static int connect_or_start(const struct episode_opts *o, const char *dir, struct ca_err *err)
+{
+    int fd = connect_sock(dir, err);
+    if (fd >= 0 || !o->workspace)
+        return fd;
+    char *lock_path = xstrfmt("%s/lock", dir);
+    int lk = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    free(lock_path);
+    if (lk < 0)
+        return err_setf(err, -errno, "cannot open the episode lock: %s", strerror(errno));
+    while (flock(lk, LOCK_EX) != 0 && errno == EINTR)
+        ;
+    /* Someone may have started it while we waited for the lock. */
+    fd = connect_sock(dir, err);
+    if (fd < 0) {
+        int rc = start_supervisor(o, dir, err);
+        fd = rc ? rc : connect_sock(dir, err);
+    }
+    close(lk);
+    return fd;
+}
+
+int episode_request(const struct episode_opts *o, const json_t *req, int64_t timeout_ms,
+                    json_t **reply, struct ca_err *err)
+{
+    struct buf dir;
+    buf_init(&dir, CA_LIMIT_PATH);
+    int rc = episode_dir(o, &dir, err);
+    if (rc) {
+        buf_release(&dir);
+        return rc;
+    }
+    int fd = connect_or_start(o, dir.data, err);
+    if (fd < 0) {
+        if (!o->workspace && (fd == -ENOENT || fd == -ECONNREFUSED))
+            fd = err_setf(err, CA_ENOTFOUND,
+                          "episode '%s' is not running; give --workspace DIR to start it", o->id);
+        buf_release(&dir);
+        return fd;
+    }
+    buf_release(&dir);
+    int64_t deadline = timeout_ms > 0 ? ca_now_us() + timeout_ms * 1000 : INT64_MAX;
+    rc = send_msg(fd, req, deadline, err);
+    if (rc == 0)
+        rc = recv_msg(fd, reply, deadline, err);
+    close(fd);
+    return rc;
+}
+
+bool episode_running(const struct episode_opts *o)
+{
+    struct buf dir;
+    buf_init(&dir, CA_LIMIT_PATH);
+    struct ca_err err;
+    bool up = false;
+    if (episode_dir(o, &dir, &err) == 0) {
+        int fd = connect_sock(dir.data, &err);
+        if (fd >= 0) {
+            up = true;
+            close(fd);
+        }
+    }
+    buf_release(&dir);
+    return up;
+}

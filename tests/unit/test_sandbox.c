@@ -1,0 +1,1025 @@
+/*
+ * test_sandbox.c - the sandbox: running programs, the workspace and its
+ * read-only paths, namespaces, limits, process trees, events, tear-down,
+ * insecure mode, unprivileged users, the legacy mount path, start time.
+ * The escape attempts live in test_sandbox_escape.c.
+ *
+ * Every case needs user namespaces; where the host has none, each case
+ * prints why and passes without testing anything.
+ */
+#include "test.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "sandbox/sandbox.h"
+#include "sandbox/sandbox_internal.h"
+
+#define ARGV(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static char ws[4096];
+static const char *const ro_paths[] = {"MANIFEST", "tools", NULL};
+
+static bool skip_unsupported(void)
+{
+    struct ca_err why = {0};
+    if (sandbox_supported(&why))
+        return false;
+    printf("  skip: %s\n", why.msg);
+    return true;
+}
+
+static void write_file(const char *path, const char *s)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, s, strlen(s)) == (ssize_t)strlen(s));
+    close(fd);
+}
+
+static char *read_file(const char *path)
+{
+    static char buf[4096];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return buf;
+}
+
+/* A workspace like an episode's: a read-only MANIFEST and tools/, writable rest. */
+static struct sandbox_opts make_ws(void)
+{
+    snprintf(ws, sizeof(ws), "%s/ws", test_tmpdir());
+    REQUIRE(mkdir(ws, 0755) == 0);
+    char p[4200];
+    snprintf(p, sizeof(p), "%s/MANIFEST", ws);
+    write_file(p, "{\"read_only\": [\"MANIFEST\", \"tools\"]}\n");
+    snprintf(p, sizeof(p), "%s/tools", ws);
+    REQUIRE(mkdir(p, 0755) == 0);
+    snprintf(p, sizeof(p), "%s/tools/compile", ws);
+    write_file(p, "#!/bin/sh\necho compiling\n");
+    chmod(p, 0755);
+    snprintf(p, sizeof(p), "%s/kernels", ws);
+    REQUIRE(mkdir(p, 0755) == 0);
+    return (struct sandbox_opts){.workspace = ws, .ro_paths = ro_paths};
+}
+
+/* bash -c script in a fresh sandbox; returns sandbox_run's code. */
+static int sh(const struct sandbox_opts *o, const char *script, struct sandbox_run_result *r)
+{
+    struct ca_err err = {0};
+    sandbox_run_result_init(r);
+    int rc = sandbox_run(o, ARGV("bash", "-c", script), 10000, 0, r, &err);
+    if (rc)
+        fprintf(stderr, "  sandbox_run: %s\n", err.msg);
+    if (r->err.len)
+        fprintf(stderr, "  (stderr: %s)\n", r->err.data);
+    return rc;
+}
+
+static int exit_code(const struct sandbox_run_result *r)
+{
+    return WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -WTERMSIG(r->status);
+}
+
+static struct sandbox *start(const struct sandbox_opts *o)
+{
+    struct sandbox *sb = NULL;
+    struct ca_err err = {0};
+    int rc = sandbox_start(o, &sb, &err);
+    if (rc)
+        fprintf(stderr, "  sandbox_start: %s\n", err.msg);
+    REQUIRE(rc == 0);
+    return sb;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+/* Read from fd until `want` shows up or ms pass; the text so far in buf. */
+static bool read_until(int fd, const char *want, char *buf, size_t cap, int ms)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    int64_t end = ca_now_us() + (int64_t)ms * 1000;
+    while (!strstr(buf, want) && ca_now_us() < end && len + 1 < cap) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        buf[len] = '\0';
+    }
+    return strstr(buf, want) != NULL;
+}
+
+TEST(supported)
+{
+    struct ca_err why = {0};
+    bool ok = sandbox_supported(&why);
+    if (!ok)
+        printf("  sandbox not supported here: %s\n", why.msg);
+    else
+        CHECK_EQ(why.code, 0);
+    /* Cached: same answer again. */
+    CHECK(sandbox_supported(NULL) == ok);
+}
+
+TEST(run_echo_exit_code_and_stdout)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o, "echo hello; echo oops >&2; exit 3", &r), 0);
+    CHECK_EQ(exit_code(&r), 3);
+    CHECK_STR(r.out.data, "hello\n");
+    CHECK_STR(r.err.data, "oops\n");
+    CHECK(!r.timed_out && !r.out_truncated);
+    CHECK(r.elapsed_us > 0);
+    sandbox_run_result_release(&r);
+}
+
+TEST(output_is_capped)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    sandbox_run_result_init(&r);
+    struct ca_err err = {0};
+    CHECK_EQ(sandbox_run(&o, ARGV("bash", "-c", "head -c 100000 /dev/zero | tr '\\0' x"), 10000,
+                         1000, &r, &err),
+             0);
+    CHECK_EQ(r.out.len, 1000);
+    CHECK(r.out_truncated);
+    CHECK_EQ(exit_code(&r), 0);
+    sandbox_run_result_release(&r);
+}
+
+TEST(workspace_is_writable)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o, "cd /workspace && echo kernel > kernels/a.cu && mkdir -p new/dir && pwd", &r),
+             0);
+    CHECK_EQ(exit_code(&r), 0);
+    CHECK_STR(r.out.data, "/workspace\n");
+    char p[4200];
+    snprintf(p, sizeof(p), "%s/kernels/a.cu", ws);
+    CHECK_STR(read_file(p), "kernel\n");
+    snprintf(p, sizeof(p), "%s/new/dir", ws);
+    struct stat st;
+    CHECK(stat(p, &st) == 0 && S_ISDIR(st.st_mode));
+    sandbox_run_result_release(&r);
+}
+
+TEST(read_only_paths_refuse_writes)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o,
+                "cd /workspace; echo x > MANIFEST; echo a=$?; echo x > tools/new; echo b=$?; "
+                "rm -f MANIFEST; echo c=$?; mv tools tools2; echo d=$?; chmod 777 MANIFEST; "
+                "echo e=$?; cat MANIFEST",
+                &r),
+             0);
+    CHECK_CONTAINS(r.out.data, "a=1\nb=1\nc=1\nd=1\ne=1\n");
+    CHECK_CONTAINS(r.out.data, "read_only");
+    CHECK_CONTAINS(r.err.data, "Read-only file system");
+    char p[4200];
+    snprintf(p, sizeof(p), "%s/MANIFEST", ws);
+    CHECK_CONTAINS(read_file(p), "read_only");
+    snprintf(p, sizeof(p), "%s/tools/new", ws);
+    CHECK(access(p, F_OK) != 0);
+    sandbox_run_result_release(&r);
+}
+
+TEST(read_only_path_that_is_a_symlink_is_refused)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    char p[4200];
+    snprintf(p, sizeof(p), "%s/MANIFEST", ws);
+    unlink(p);
+    REQUIRE(symlink("/etc/passwd", p) == 0);
+    struct sandbox *sb = NULL;
+    struct ca_err err = {0};
+    CHECK_EQ(sandbox_start(&o, &sb, &err), CA_EESCAPE);
+    CHECK_CONTAINS(err.msg, "MANIFEST");
+    CHECK_CONTAINS(err.msg, "symlink");
+    CHECK(sb == NULL);
+}
+
+TEST(bad_options_are_refused)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox *sb = NULL;
+    struct ca_err err = {0};
+
+    const char *const missing[] = {"nope", NULL};
+    o.ro_paths = missing;
+    CHECK(sandbox_start(&o, &sb, &err) < 0);
+    CHECK_CONTAINS(err.msg, "read-only path 'nope'");
+    CHECK_CONTAINS(err.msg, "does not exist");
+
+    const char *const dotdot[] = {"../etc", NULL};
+    o.ro_paths = dotdot;
+    CHECK_EQ(sandbox_start(&o, &sb, &err), CA_EESCAPE);
+    o.ro_paths = ro_paths;
+
+    o.hostname = "bad host";
+    CHECK_EQ(sandbox_start(&o, &sb, &err), CA_EUSAGE);
+    CHECK_CONTAINS(err.msg, "hostname");
+    o.hostname = NULL;
+
+    o.control_dir = "/nonexistent/dir";
+    CHECK_EQ(sandbox_start(&o, &sb, &err), -ENOENT);
+    CHECK_CONTAINS(err.msg, "control directory");
+    o.control_dir = NULL;
+
+    o.workspace = "/nonexistent/ws";
+    CHECK_EQ(sandbox_start(&o, &sb, &err), -ENOENT);
+    CHECK_CONTAINS(err.msg, "/nonexistent/ws");
+    o.workspace = "/";
+    CHECK_EQ(sandbox_start(&o, &sb, &err), CA_EUSAGE);
+    CHECK(sb == NULL);
+}
+
+TEST(root_and_system_dirs_are_read_only)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o,
+                "touch /x; echo a=$?; mkdir /y; echo b=$?; touch /usr/x; echo c=$?; "
+                "touch /etc/x; echo d=$?; echo >> /etc/passwd; echo e=$?",
+                &r),
+             0);
+    CHECK_STR(r.out.data, "a=1\nb=1\nc=1\nd=1\ne=1\n");
+    sandbox_run_result_release(&r);
+}
+
+TEST(pid_namespace)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    /* bash, and cat or ls: only a handful of pids, all small; init is 1. */
+    CHECK_EQ(sh(&o,
+                "read -r pid rest < /proc/self/stat; echo self=$pid; "
+                "echo n=$(ls /proc | grep -c '^[0-9]'); cat /proc/1/comm >/dev/null; "
+                "echo ppid=$PPID",
+                &r),
+             0);
+    int self = -1, n = -1, ppid = -1;
+    const char *s = strstr(r.out.data, "self=");
+    if (s)
+        self = (int)strtol(s + 5, NULL, 10);
+    s = strstr(r.out.data, "n=");
+    if (s)
+        n = (int)strtol(s + 2, NULL, 10);
+    s = strstr(r.out.data, "ppid=");
+    if (s)
+        ppid = (int)strtol(s + 5, NULL, 10);
+    CHECK(self > 1 && self < 20);
+    CHECK(n >= 2 && n <= 5);
+    CHECK_EQ(ppid, 1);
+    sandbox_run_result_release(&r);
+}
+
+TEST(hostname)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o, "cat /proc/sys/kernel/hostname", &r), 0);
+    CHECK_STR(r.out.data, "sandbox\n");
+    sandbox_run_result_release(&r);
+    o.hostname = "episode-42";
+    CHECK_EQ(sh(&o, "cat /proc/sys/kernel/hostname", &r), 0);
+    CHECK_STR(r.out.data, "episode-42\n");
+    sandbox_run_result_release(&r);
+}
+
+TEST(no_network)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o,
+                "grep -c ':' /proc/net/dev; grep -o 'lo:' /proc/net/dev; "
+                "echo > /dev/tcp/127.0.0.1/80; echo tcp=$?; echo > /dev/udp/127.0.0.1/53; "
+                "echo udp=$?",
+                &r),
+             0);
+    /* Only the loopback device (and it is down: nothing listens anyway). */
+    CHECK_STR(r.out.data, "1\nlo:\ntcp=1\nudp=1\n");
+    CHECK_CONTAINS(r.err.data, "Operation not permitted");
+    sandbox_run_result_release(&r);
+}
+
+TEST(tmp_size_cap)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    o.limits.tmp_bytes = 1 << 20;
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o,
+                "head -c 2000000 /dev/zero > /tmp/big; echo rc=$?; stat -c %s /tmp/big; "
+                "stat -f -c %a /tmp >/dev/null; ls -ld /tmp | cut -c1-10",
+                &r),
+             0);
+    CHECK_CONTAINS(r.out.data, "rc=1\n1048576\n");
+    CHECK_CONTAINS(r.out.data, "drwxrwxrwt");
+    CHECK_CONTAINS(r.err.data, "No space left on device");
+    sandbox_run_result_release(&r);
+}
+
+TEST(file_size_limit)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    o.limits.fsize = 1 << 20;
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o,
+                "head -c 2000000 /dev/zero > /workspace/big; echo rc=$?; "
+                "stat -c %s /workspace/big",
+                &r),
+             0);
+    /* SIGXFSZ ends head: 128 + 25. */
+    CHECK_STR(r.out.data, "rc=153\n1048576\n");
+    sandbox_run_result_release(&r);
+}
+
+TEST(rlimits_are_set_and_cannot_be_raised)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    o.limits.nofile = 64;
+    o.limits.cpu_seconds = 30;
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o,
+                "ulimit -n; ulimit -Hn; ulimit -t; ulimit -u; ulimit -c; ulimit -v; "
+                "ulimit -n 100000 2>/dev/null; echo raise=$?",
+                &r),
+             0);
+    CHECK_STR(r.out.data, "64\n64\n30\n256\n0\n8388608\nraise=1\n");
+    sandbox_run_result_release(&r);
+}
+
+TEST(cpu_time_limit_kills)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    o.limits.cpu_seconds = 1;
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o, "while :; do :; done", &r), 0);
+    CHECK(!r.timed_out);
+    CHECK(WIFSIGNALED(r.status));
+    CHECK(WTERMSIG(r.status) == SIGKILL || WTERMSIG(r.status) == SIGXCPU);
+    sandbox_run_result_release(&r);
+}
+
+TEST(fork_bomb_is_contained)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    o.limits.nproc = 64;
+    struct sandbox *sb = start(&o);
+    printf("  cgroup: %s\n", sandbox__cgroup_desc(sb));
+    if (geteuid() == 0 && strncmp(sandbox__cgroup_desc(sb), "none", 4) == 0) {
+        /* RLIMIT_NPROC does not bind root: a real bomb would take the host down. */
+        printf("  skip: running as root without a writable pids cgroup\n");
+        sandbox_free(sb);
+        return;
+    }
+    struct ca_err err = {0};
+    int pid;
+    struct sandbox_cmd bomb = {.argv = ARGV("bash", "-c", ":(){ :|:& };:"),
+                               .stdin_fd = -1,
+                               .stdout_fd = -1,
+                               .stderr_fd = -1,
+                               .new_pgroup = true};
+    REQUIRE(sandbox_exec(sb, &bomb, &pid, &err) == 0);
+    sleep_ms(1500);
+    CHECK_EQ(sandbox_kill_tree(sb, pid, SIGKILL, true, &err), 0);
+    /* Usable again once the bomb is gone: an exec succeeds within a few tries. */
+    struct sandbox_cmd echo = {
+        .argv = ARGV("true"), .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1};
+    int ok_pid = -1, status = -1;
+    for (int i = 0; i < 50 && ok_pid < 0; i++) {
+        if (sandbox_exec(sb, &echo, &ok_pid, &err) != 0) {
+            if (sandbox_kill_tree(sb, pid, SIGKILL, true, &err) != 0)
+                printf("  kill_tree: %s\n", err.msg);
+            sleep_ms(100);
+        }
+    }
+    REQUIRE(ok_pid > 0);
+    CHECK_EQ(sandbox_wait(sb, ok_pid, 5000, &status, &err), 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    sandbox_free(sb);
+
+    /* Through sandbox_run: the run ends at its timeout. */
+    struct sandbox_run_result r;
+    sandbox_run_result_init(&r);
+    int64_t t0 = ca_now_us();
+    CHECK_EQ(sandbox_run(&o, ARGV("bash", "-c", ":(){ :|:& };: ; sleep 100"), 1500, 0, &r, &err),
+             0);
+    CHECK(r.timed_out);
+    CHECK(ca_now_us() - t0 < 5 * 1000 * 1000);
+    sandbox_run_result_release(&r);
+}
+
+TEST(timeout_kills_the_whole_tree)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    sandbox_run_result_init(&r);
+    struct ca_err err = {0};
+    int64_t t0 = ca_now_us();
+    CHECK_EQ(sandbox_run(&o, ARGV("bash", "-c", "sleep 100 & (sleep 100 &); echo started; wait"),
+                         300, 0, &r, &err),
+             0);
+    int64_t took = ca_now_us() - t0;
+    CHECK(r.timed_out);
+    CHECK(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL);
+    CHECK_STR(r.out.data, "started\n");
+    CHECK(took < 3 * 1000 * 1000);
+    CHECK(r.elapsed_us >= 300 * 1000);
+    sandbox_run_result_release(&r);
+}
+
+TEST(exec_errors)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox *sb = start(&o);
+    struct ca_err err = {0};
+    int pid = 0;
+    struct sandbox_cmd c = {
+        .argv = ARGV("no-such-program"), .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1};
+    CHECK_EQ(sandbox_exec(sb, &c, &pid, &err), -ENOENT);
+    CHECK_CONTAINS(err.msg, "no-such-program");
+    CHECK_CONTAINS(err.msg, "not found");
+    CHECK_EQ(pid, -1);
+
+    c.argv = ARGV("/workspace/MANIFEST");
+    CHECK_EQ(sandbox_exec(sb, &c, &pid, &err), -EACCES);
+
+    c.argv = ARGV("true");
+    c.cwd = "/no/such/dir";
+    CHECK_EQ(sandbox_exec(sb, &c, &pid, &err), -ENOENT);
+    CHECK_CONTAINS(err.msg, "cannot change to directory '/no/such/dir'");
+
+    c.cwd = NULL;
+    c.argv = ARGV("");
+    CHECK_EQ(sandbox_exec(sb, &c, &pid, &err), CA_EUSAGE);
+
+    c.argv = ARGV("true");
+    c.stdout_fd = 999;
+    CHECK_EQ(sandbox_exec(sb, &c, &pid, &err), -EBADF);
+    c.stdout_fd = -1;
+
+    /* Too big for one request. */
+    size_t big = 200 * 1024;
+    char *arg = xmalloc(big + 1);
+    memset(arg, 'a', big);
+    arg[big] = '\0';
+    const char *argv[] = {"echo", arg, NULL};
+    c.argv = argv;
+    CHECK_EQ(sandbox_exec(sb, &c, &pid, &err), CA_ETOOBIG);
+    free(arg);
+
+    /* And the sandbox still works. */
+    c.argv = ARGV("sh", "-c", "exit 4");
+    int status;
+    CHECK_EQ(sandbox_exec(sb, &c, &pid, &err), 0);
+    CHECK_EQ(sandbox_wait(sb, pid, 5000, &status, &err), 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 4);
+    sandbox_free(sb);
+}
+
+/* Start bash with `script` on a pipe; returns its pid, *rd the read end. */
+static int start_sh(struct sandbox *sb, const char *script, int *rd)
+{
+    int p[2];
+    REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+    struct sandbox_cmd c = {.argv = ARGV("bash", "-c", script),
+                            .stdin_fd = -1,
+                            .stdout_fd = p[1],
+                            .stderr_fd = -1,
+                            .new_pgroup = true};
+    struct ca_err err = {0};
+    int pid = -1;
+    int rc = sandbox_exec(sb, &c, &pid, &err);
+    if (rc)
+        fprintf(stderr, "  sandbox_exec: %s\n", err.msg);
+    REQUIRE(rc == 0);
+    close(p[1]);
+    *rd = p[0];
+    return pid;
+}
+
+TEST(kill_tree_spares_the_root_when_asked)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox *sb = start(&o);
+    char buf[256];
+    int rd;
+    int pid =
+        start_sh(sb, "sleep 100 & sleep 100 & (sleep 100 &); echo ready; wait; echo survived", &rd);
+    CHECK(read_until(rd, "ready", buf, sizeof(buf), 5000));
+    struct ca_err err = {0};
+    CHECK_EQ(sandbox_kill_tree(sb, pid, SIGKILL, false, &err), 0);
+    int status = -1;
+    CHECK_EQ(sandbox_wait(sb, pid, 5000, &status, &err), 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(read_until(rd, "survived", buf, sizeof(buf), 5000));
+    /* The orphaned sleep (same process group) went too. */
+    close(rd);
+    int lpid = start_sh(sb, "cat /proc/[0-9]*/comm | grep -c sleep", &rd);
+    CHECK(read_until(rd, "\n", buf, sizeof(buf), 5000));
+    CHECK_STR(buf, "0\n");
+    CHECK_EQ(sandbox_wait(sb, lpid, 5000, &status, &err), 0);
+    close(rd);
+
+    CHECK_EQ(sandbox_kill_tree(sb, 1, SIGKILL, true, &err), -EINVAL);
+    CHECK_EQ(sandbox_kill_tree(sb, 4000, SIGKILL, true, &err), -ESRCH);
+    sandbox_free(sb);
+}
+
+TEST(kill_tree_with_root)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox *sb = start(&o);
+    char buf[256];
+    int rd;
+    int pid = start_sh(sb, "trap 'echo term' TERM; sleep 100 & echo ready; wait; exit 9", &rd);
+    CHECK(read_until(rd, "ready", buf, sizeof(buf), 5000));
+    struct ca_err err = {0};
+    /* Both get TERM: sleep dies of it, bash runs its trap and goes on. */
+    CHECK_EQ(sandbox_kill_tree(sb, pid, SIGTERM, true, &err), 0);
+    CHECK(read_until(rd, "term", buf, sizeof(buf), 5000));
+    int status = -1;
+    CHECK_EQ(sandbox_wait(sb, pid, 5000, &status, &err), 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 9);
+    close(rd);
+
+    pid = start_sh(sb, "sleep 100 & echo ready; wait", &rd);
+    CHECK(read_until(rd, "ready", buf, sizeof(buf), 5000));
+    CHECK_EQ(sandbox_kill_tree(sb, pid, SIGKILL, true, &err), 0);
+    CHECK_EQ(sandbox_wait(sb, pid, 5000, &status, &err), 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    close(rd);
+    sandbox_free(sb);
+}
+
+TEST(exit_events)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox *sb = start(&o);
+    struct ca_err err = {0};
+    struct sandbox_event ev;
+    CHECK_EQ(sandbox_read_event(sb, &ev, &err), CA_ENOTFOUND);
+
+    struct sandbox_cmd c = {
+        .argv = ARGV("sh", "-c", "exit 3"), .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1};
+    int a, b;
+    REQUIRE(sandbox_exec(sb, &c, &a, &err) == 0);
+    /* Let a's exit reach the socket before the next request, so that the
+     * exec below has to queue it. */
+    sleep_ms(200);
+    c.argv = ARGV("sh", "-c", "sleep 0.2; exit 5");
+    REQUIRE(sandbox_exec(sb, &c, &b, &err) == 0);
+    CHECK(a != b);
+    struct pollfd pfd = {.fd = sandbox_event_fd(sb), .events = POLLIN};
+    CHECK_EQ(poll(&pfd, 1, 0), 1); /* the queued event shows on the fd */
+    CHECK_EQ(sandbox_read_event(sb, &ev, &err), 0);
+    CHECK_EQ(ev.pid, a);
+    CHECK(WIFEXITED(ev.status) && WEXITSTATUS(ev.status) == 3);
+    CHECK_EQ(poll(&pfd, 1, 0), 0);
+    CHECK_EQ(sandbox_read_event(sb, &ev, &err), CA_ENOTFOUND);
+    CHECK_EQ(poll(&pfd, 1, 3000), 1);
+    CHECK_EQ(sandbox_read_event(sb, &ev, &err), 0);
+    CHECK_EQ(ev.pid, b);
+    CHECK(WIFEXITED(ev.status) && WEXITSTATUS(ev.status) == 5);
+
+    /* wait on one pid queues the others' events. */
+    c.argv = ARGV("sh", "-c", "exit 6");
+    REQUIRE(sandbox_exec(sb, &c, &a, &err) == 0);
+    c.argv = ARGV("sh", "-c", "sleep 0.3; exit 7");
+    REQUIRE(sandbox_exec(sb, &c, &b, &err) == 0);
+    int status;
+    CHECK_EQ(sandbox_wait(sb, b, 5000, &status, &err), 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+    CHECK_EQ(poll(&pfd, 1, 0), 1);
+    CHECK_EQ(sandbox_wait(sb, a, 0, &status, &err), 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 6);
+
+    c.argv = ARGV("sleep", "10");
+    REQUIRE(sandbox_exec(sb, &c, &a, &err) == 0);
+    CHECK_EQ(sandbox_wait(sb, a, 50, &status, &err), CA_ETIMEOUT);
+    CHECK_EQ(sandbox_kill_tree(sb, a, SIGKILL, true, &err), 0);
+    CHECK_EQ(sandbox_wait(sb, a, 5000, &status, &err), 0);
+    CHECK(WIFSIGNALED(status));
+    sandbox_free(sb);
+}
+
+TEST(background_grandchildren_die_with_free)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox *sb = start(&o);
+    pid_t init = sandbox_init_pid(sb);
+    char buf[256];
+    int rd;
+    int pid = start_sh(sb, "setsid sleep 1000 & (sleep 1000 &); echo started", &rd);
+    CHECK(read_until(rd, "started", buf, sizeof(buf), 5000));
+    struct ca_err err = {0};
+    int status;
+    CHECK_EQ(sandbox_wait(sb, pid, 5000, &status, &err), 0);
+    /* The sleeps still hold the pipe. */
+    struct pollfd pfd = {.fd = rd, .events = POLLIN};
+    CHECK_EQ(poll(&pfd, 1, 100), 0);
+    int64_t t0 = ca_now_us();
+    sandbox_free(sb);
+    CHECK_EQ(poll(&pfd, 1, 2000), 1);
+    CHECK_EQ(read(rd, buf, sizeof(buf)), 0); /* EOF: every writer is gone */
+    CHECK(ca_now_us() - t0 < 2000 * 1000);
+    CHECK(kill(init, 0) != 0);
+    close(rd);
+}
+
+TEST(stdin_and_fds_are_passed)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox *sb = start(&o);
+    int in[2], out[2];
+    REQUIRE(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
+    struct sandbox_cmd c = {.argv = ARGV("bash", "-c", "tr a-z A-Z; ls /proc/self/fd | wc -l"),
+                            .stdin_fd = in[0],
+                            .stdout_fd = out[1],
+                            .stderr_fd = out[1]};
+    struct ca_err err = {0};
+    int pid, status;
+    REQUIRE(sandbox_exec(sb, &c, &pid, &err) == 0);
+    close(in[0]);
+    close(out[1]);
+    REQUIRE(write(in[1], "hello\n", 6) == 6);
+    close(in[1]);
+    char buf[256];
+    CHECK(read_until(out[0], "HELLO\n4\n", buf, sizeof(buf), 5000)); /* 0,1,2 + ls's dir */
+    CHECK_EQ(sandbox_wait(sb, pid, 5000, &status, &err), 0);
+    close(out[0]);
+    sandbox_free(sb);
+}
+
+TEST(environment)
+{
+    if (skip_unsupported())
+        return;
+    setenv("CA_TEST_SECRET", "hunter2", 1);
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o, "env | grep -v '^_=' | grep -v '^SHLVL=' | grep -v '^PWD=' | sort", &r), 0);
+    CHECK_STR(r.out.data,
+              "HOME=/tmp\nLANG=C.UTF-8\n"
+              "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nTERM=dumb\n");
+    sandbox_run_result_release(&r);
+
+    struct sandbox *sb = start(&o);
+    int p[2];
+    REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+    struct sandbox_cmd c = {.argv = ARGV("sh", "-c", "echo $FOO; pwd"),
+                            .env = ARGV("FOO=bar", "PATH=/usr/bin:/bin"),
+                            .cwd = "/workspace/kernels",
+                            .stdin_fd = -1,
+                            .stdout_fd = p[1],
+                            .stderr_fd = -1};
+    struct ca_err err = {0};
+    int pid;
+    REQUIRE(sandbox_exec(sb, &c, &pid, &err) == 0);
+    close(p[1]);
+    char buf[256];
+    CHECK(read_until(p[0], "kernels\n", buf, sizeof(buf), 5000));
+    CHECK_STR(buf, "bar\n/workspace/kernels\n");
+    close(p[0]);
+    sandbox_free(sb);
+}
+
+TEST(privileges_are_dropped)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o,
+                "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' "
+                "/proc/self/status | tr -d '\\t'",
+                &r),
+             0);
+    CHECK_STR(r.out.data, "CapInh:0000000000000000\nCapPrm:0000000000000000\n"
+                          "CapEff:0000000000000000\nCapBnd:0000000000000000\n"
+                          "CapAmb:0000000000000000\nNoNewPrivs:1\nSeccomp:2\n");
+    sandbox_run_result_release(&r);
+}
+
+TEST(control_dir_is_read_only)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    char ctl[4200], p[4300];
+    snprintf(ctl, sizeof(ctl), "%s/control", test_tmpdir());
+    REQUIRE(mkdir(ctl, 0755) == 0);
+    snprintf(p, sizeof(p), "%s/token", ctl);
+    write_file(p, "ctl\n");
+    o.control_dir = ctl;
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o, "cat /run/cuda-agent/token; touch /run/cuda-agent/x; echo rc=$?", &r), 0);
+    CHECK_STR(r.out.data, "ctl\nrc=1\n");
+    CHECK_CONTAINS(r.err.data, "Read-only file system");
+    sandbox_run_result_release(&r);
+}
+
+TEST(many_programs_in_one_sandbox)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox *sb = start(&o);
+    struct ca_err err = {0};
+    for (int i = 0; i < 50; i++) {
+        struct sandbox_cmd c = {
+            .argv = ARGV("true"), .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1};
+        int pid, status;
+        REQUIRE(sandbox_exec(sb, &c, &pid, &err) == 0);
+        REQUIRE(sandbox_wait(sb, pid, 5000, &status, &err) == 0);
+        CHECK_EQ(status, 0);
+    }
+    sandbox_free(sb);
+}
+
+TEST(init_death_is_reported)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox *sb = start(&o);
+    REQUIRE(kill(sandbox_init_pid(sb), SIGKILL) == 0);
+    struct ca_err err = {0};
+    struct sandbox_cmd c = {.argv = ARGV("true"), .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1};
+    int pid;
+    CHECK_EQ(sandbox_exec(sb, &c, &pid, &err), CA_ECHILD);
+    CHECK_CONTAINS(err.msg, "the sandbox is gone");
+    struct sandbox_event ev;
+    CHECK_EQ(sandbox_read_event(sb, &ev, &err), CA_ECHILD);
+    sandbox_free(sb);
+    sandbox_free(NULL);
+}
+
+TEST(insecure_mode)
+{
+    struct sandbox_opts o = make_ws();
+    o.flags = SANDBOX_INSECURE;
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o, "pwd; echo x > kernels/b.cu; cat /proc/self/status | grep -c 'Seccomp:.0'", &r),
+             0);
+    char want[4200];
+    snprintf(want, sizeof(want), "%s\n1\n", ws);
+    CHECK_STR(r.out.data, want);
+    sandbox_run_result_release(&r);
+
+    struct sandbox *sb = start(&o);
+    pid_t init = sandbox_init_pid(sb);
+    char buf[256];
+    int rd;
+    int pid = start_sh(sb, "sleep 1000 & (sleep 1000 &); echo started; wait", &rd);
+    CHECK(read_until(rd, "started", buf, sizeof(buf), 5000));
+    CHECK(pid > 1 && pid != init);
+    struct ca_err err = {0};
+    CHECK_EQ(sandbox_kill_tree(sb, pid, SIGKILL, false, &err), 0);
+    int status;
+    CHECK_EQ(sandbox_wait(sb, pid, 5000, &status, &err), 0);
+    close(rd);
+    pid = start_sh(sb, "sleep 1000 & (sleep 1000 &); echo again", &rd);
+    CHECK(read_until(rd, "again", buf, sizeof(buf), 5000));
+    sandbox_free(sb);
+    struct pollfd pfd = {.fd = rd, .events = POLLIN};
+    CHECK_EQ(poll(&pfd, 1, 3000), 1);
+    CHECK_EQ(read(rd, buf, sizeof(buf)), 0); /* the orphaned sleeps are gone too */
+    CHECK(kill(init, 0) != 0);
+    close(rd);
+}
+
+TEST(unprivileged_user)
+{
+    if (skip_unsupported())
+        return;
+    if (geteuid() != 0) {
+        printf("  skip: not root, cannot switch to nobody (this run is unprivileged already)\n");
+        return;
+    }
+    struct sandbox_opts o = make_ws();
+    REQUIRE(chmod(test_tmpdir(), 0711) == 0);
+    REQUIRE(chown(ws, 65534, 65534) == 0);
+    char p[4200];
+    snprintf(p, sizeof(p), "%s/kernels", ws);
+    REQUIRE(chown(p, 65534, 65534) == 0);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(10);
+        /* setuid cleared "dumpable"; a normal login would have it set. */
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+        struct ca_err err = {0};
+        struct sandbox *sb = NULL;
+        int rc = sandbox_start(&o, &sb, &err);
+        if (rc == CA_EUNAVAIL) {
+            printf("  skip: %s\n", err.msg);
+            fflush(stdout);
+            _exit(77);
+        }
+        if (rc) {
+            fprintf(stderr, "  sandbox_start as nobody: %s\n", err.msg);
+            _exit(11);
+        }
+        printf("  cgroup as nobody: %s\n", sandbox__cgroup_desc(sb));
+        sandbox_free(sb);
+        struct sandbox_run_result r;
+        sandbox_run_result_init(&r);
+        rc = sandbox_run(&o,
+                         ARGV("bash", "-c",
+                              "id -u; echo hi > /workspace/kernels/n.cu && echo wrote; "
+                              "echo x > /workspace/MANIFEST 2>/dev/null || echo ro; "
+                              "ulimit -u; (for i in $(seq 400); do sleep 2 & done) 2>/dev/null; "
+                              "echo n=$(ls /proc | grep -c '^[0-9]')"),
+                         20000, 0, &r, &err);
+        if (rc) {
+            fprintf(stderr, "  sandbox_run as nobody: %s\n", err.msg);
+            _exit(12);
+        }
+        printf("  as nobody: %s", r.out.data);
+        fflush(stdout);
+        /* RLIMIT_NPROC counts uid 0 of this user namespace: at most 256. */
+        const char *n = strstr(r.out.data, "n=");
+        int procs = n ? (int)strtol(n + 2, NULL, 10) : -1;
+        bool ok =
+            strncmp(r.out.data, "0\nwrote\nro\n256\n", 15) == 0 && procs > 100 && procs <= 257;
+        _exit(ok ? 0 : 13);
+    }
+    int status;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77)
+        return;
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    snprintf(p, sizeof(p), "%s/kernels/n.cu", ws);
+    struct stat st;
+    CHECK(stat(p, &st) == 0 && st.st_uid == 65534);
+}
+
+TEST(legacy_mount_path)
+{
+    if (skip_unsupported())
+        return;
+    sandbox__force_legacy_mounts(true);
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    CHECK_EQ(sh(&o,
+                "touch /x; echo a=$?; touch /usr/x; echo b=$?; echo > /workspace/MANIFEST; "
+                "echo c=$?; touch /workspace/tools/x; echo d=$?; touch /workspace/ok; echo e=$?; "
+                "grep -c ' /usr ro,nosuid,nodev' /proc/self/mountinfo",
+                &r),
+             0);
+    CHECK_STR(r.out.data, "a=1\nb=1\nc=1\nd=1\ne=0\n1\n");
+    sandbox_run_result_release(&r);
+    sandbox__force_legacy_mounts(false);
+}
+
+TEST(start_time)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    enum { N = 30 };
+    int64_t t[N];
+    struct ca_err err = {0};
+    for (int i = 0; i < N; i++) {
+        int64_t t0 = ca_now_us();
+        struct sandbox *sb = start(&o);
+        struct sandbox_cmd c = {
+            .argv = ARGV("/bin/true"), .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1};
+        int pid, status;
+        REQUIRE(sandbox_exec(sb, &c, &pid, &err) == 0);
+        REQUIRE(sandbox_wait(sb, pid, 5000, &status, &err) == 0);
+        t[i] = ca_now_us() - t0;
+        sandbox_free(sb);
+    }
+    for (int i = 1; i < N; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            int64_t x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    printf("  start + exec /bin/true + wait: median %.2f ms, p90 %.2f ms, max %.2f ms (%d runs)\n",
+           t[N / 2] / 1000.0, t[N * 9 / 10] / 1000.0, t[N - 1] / 1000.0, N);
+    CHECK(t[N / 2] < 1000 * 1000); /* a loose bound: a unit test is no benchmark */
+}
+
+TEST(kill_tree_signal_zero_only_probes)
+{
+    if (skip_unsupported())
+        return;
+    struct sandbox_opts o = make_ws();
+    struct sandbox *sb = start(&o);
+    char buf[256];
+    int rd;
+    int pid = start_sh(sb, "sleep 100 & echo ready; wait; echo after", &rd);
+    CHECK(read_until(rd, "ready", buf, sizeof(buf), 5000));
+    struct ca_err err = {0};
+    CHECK_EQ(sandbox_kill_tree(sb, pid, 0, true, &err), 0);
+    int status;
+    CHECK_EQ(sandbox_wait(sb, pid, 200, &status, &err), CA_ETIMEOUT);
+    /* Stopping stays stopped (no SIGCONT after it), and resumes on CONT. */
+    CHECK_EQ(sandbox_kill_tree(sb, pid, SIGSTOP, false, &err), 0);
+    CHECK_EQ(sandbox_kill_tree(sb, pid, SIGCONT, false, &err), 0);
+    CHECK_EQ(sandbox_kill_tree(sb, pid, SIGKILL, false, &err), 0);
+    CHECK_EQ(sandbox_wait(sb, pid, 5000, &status, &err), 0);
+    CHECK(WIFEXITED(status));
+    CHECK(read_until(rd, "after", buf, sizeof(buf), 5000));
+    close(rd);
+    sandbox_free(sb);
+}
+
+TEST(build_and_run_a_threaded_program)
+{
+    if (skip_unsupported())
+        return;
+    if (access("/usr/bin/cc", X_OK) != 0) {
+        printf("  skip: no /usr/bin/cc\n");
+        return;
+    }
+    struct sandbox_opts o = make_ws();
+    struct sandbox_run_result r;
+    /* glibc's pthread_create tries clone3 first: the filter's ENOSYS must
+     * send it to clone. Compiling and running from /tmp must work. */
+    CHECK_EQ(sh(&o,
+                "cd /tmp && printf '%s\\n' '#include <pthread.h>' '#include <stdio.h>' "
+                "'static void *f(void *a) { return a; }' "
+                "'int main(void) { pthread_t t; int r = pthread_create(&t, 0, f, 0); "
+                "pthread_join(t, 0); printf(\"threads=%d\\n\", r); return r; }' > t.c && "
+                "cc -pthread -o t t.c && ./t",
+                &r),
+             0);
+    CHECK_STR(r.out.data, "threads=0\n");
+    CHECK_EQ(exit_code(&r), 0);
+    sandbox_run_result_release(&r);
+}
