@@ -172,6 +172,51 @@ static char *resolve(const char *path, bool *is_dir)
     return real;
 }
 
+static bool under(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
+}
+
+/* An extra read-only bind at the host path's own location inside. */
+static int plan_extra_bind(struct sandbox__plan *p, const char *path, struct ca_err *err)
+{
+    static const char *const reserved[] = {SANDBOX_WORKSPACE, "/run", "/tmp", "/dev", "/proc",
+                                           "/etc", SANDBOX__OLDROOT};
+    bool is_dir = false;
+    char *real = resolve(path, &is_dir);
+    if (!real)
+        return err_setf(err, -ENOENT, "sandbox: extra read-only path '%s' does not exist", path);
+    for (size_t i = 0; i < ARRAY_SIZE(system_dirs); i++)
+        if (under(real, system_dirs[i])) {
+            free(real); /* already visible, read-only */
+            return 0;
+        }
+    if (strcmp(real, "/") == 0) {
+        free(real);
+        return err_setf(err, CA_EUSAGE, "sandbox: '/' cannot be an extra read-only path");
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(reserved); i++)
+        if (under(real, reserved[i])) {
+            int rc = err_setf(err, CA_EUSAGE,
+                              "sandbox: extra read-only path '%s' would cover %s inside the "
+                              "sandbox",
+                              real, reserved[i]);
+            free(real);
+            return rc;
+        }
+    /* Parents inside the new root: directories of the root tmpfs. */
+    for (char *slash = strchr(real + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        add_mkdir(p, real, 0755);
+        *slash = '/';
+    }
+    add_bind(p, real, real, is_dir,
+             SANDBOX__ATTR_RDONLY | SANDBOX__ATTR_NOSUID | SANDBOX__ATTR_NODEV);
+    free(real);
+    return 0;
+}
+
 /* /usr, /bin, ...: read-only binds, or the same symlinks where the host has
  * merged /usr (/bin -> usr/bin). */
 static void plan_system(struct sandbox__plan *p)
@@ -355,6 +400,12 @@ static int plan_build(const struct sandbox_opts *o, struct sandbox__plan *p, cha
         add_mkdir(p, "/run", 0755);
         add_bind(p, control, SANDBOX_CONTROL, true,
                  SANDBOX__ATTR_RDONLY | SANDBOX__ATTR_NOSUID | SANDBOX__ATTR_NODEV);
+    }
+
+    for (size_t i = 0; o->extra_ro_binds && o->extra_ro_binds[i]; i++) {
+        int rc = plan_extra_bind(p, o->extra_ro_binds[i], err);
+        if (rc)
+            return rc;
     }
 
     add_mkdir(p, "/tmp", 01777);

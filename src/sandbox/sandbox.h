@@ -59,6 +59,11 @@ struct sandbox_opts {
     const char *workspace;       /* host directory, bound at /workspace */
     const char *const *ro_paths; /* workspace-relative paths bound read-only; NULL-terminated */
     const char *control_dir;     /* host directory bound read-only at /run/cuda-agent, or NULL */
+    /* Host directories or files bound read-only at the same path inside (e.g. a Python
+     * environment with PyTorch headers for sandboxed compilers); NULL-terminated. Paths under
+     * the system directories are already visible and are skipped; paths that would cover
+     * /workspace, /run, /tmp, /dev, /proc or /etc are refused. */
+    const char *const *extra_ro_binds;
     const char *hostname;        /* default "sandbox" */
     struct sandbox_limits limits;
     unsigned flags;

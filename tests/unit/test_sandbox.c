@@ -1023,3 +1023,47 @@ TEST(build_and_run_a_threaded_program)
     CHECK_EQ(exit_code(&r), 0);
     sandbox_run_result_release(&r);
 }
+
+TEST(extra_read_only_binds)
+{
+    struct sandbox_opts o = make_ws();
+    /* A host directory outside the system dirs, e.g. a Python environment. */
+    char dir[] = "/var/tmp/ca-extra-XXXXXX";
+    REQUIRE(mkdtemp(dir) != NULL);
+    char file[sizeof(dir) + 16];
+    snprintf(file, sizeof(file), "%s/hdr.h", dir);
+    write_file(file, "int from_host;\n");
+    const char *extra[] = {dir, NULL};
+    o.extra_ro_binds = extra;
+    struct sandbox_run_result r;
+    char script[256];
+    snprintf(script, sizeof(script), "cat %s; echo x > %s/new 2>/dev/null || echo read-only", file,
+             dir);
+    REQUIRE(sh(&o, script, &r) == 0);
+    CHECK_CONTAINS(r.out.data, "int from_host;");
+    CHECK_CONTAINS(r.out.data, "read-only");
+    sandbox_run_result_release(&r);
+    /* Its siblings on the host stay invisible. */
+    REQUIRE(sh(&o, "ls /var/tmp | wc -l", &r) == 0);
+    CHECK_STR(r.out.data, "1\n");
+    sandbox_run_result_release(&r);
+    unlink(file);
+    rmdir(dir);
+
+    /* System paths are visible anyway; paths covering the sandbox's own mounts are refused. */
+    const char *sys[] = {"/usr/include", NULL};
+    o.extra_ro_binds = sys;
+    REQUIRE(sh(&o, "test -d /usr/include && echo ok", &r) == 0);
+    CHECK_STR(r.out.data, "ok\n");
+    sandbox_run_result_release(&r);
+    const char *bad[] = {test_tmpdir(), NULL};
+    o.extra_ro_binds = bad;
+    struct sandbox *sb = NULL;
+    struct ca_err err = {0};
+    CHECK(sandbox_start(&o, &sb, &err) == CA_EUSAGE);
+    CHECK_CONTAINS(err.msg, "would cover /tmp");
+    const char *missing[] = {"/nonexistent/ca-path", NULL};
+    o.extra_ro_binds = missing;
+    CHECK(sandbox_start(&o, &sb, &err) == -ENOENT);
+    CHECK_CONTAINS(err.msg, "does not exist");
+}
