@@ -24,7 +24,7 @@ WARNINGS := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wfo
 CFLAGS ?= -O2 -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Isrc -I$(BUILD)/gen $(WARNINGS) \
 	$(shell $(PKG_CONFIG) --cflags $(PKGS))
-LDLIBS += $(shell $(PKG_CONFIG) --libs $(PKGS))
+LDLIBS += $(shell $(PKG_CONFIG) --libs $(PKGS)) -lm
 ifneq ($(WERROR),)
 CFLAGS += -Werror
 endif
