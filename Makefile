@@ -9,7 +9,7 @@
 
 CC ?= cc
 PKG_CONFIG ?= pkg-config
-PKGS := jansson libxxhash libpcre2-8 libseccomp
+PKGS := jansson libxxhash libpcre2-8 libseccomp libelf
 SANITIZE ?=
 WERROR ?=
 
@@ -52,7 +52,7 @@ UNIT_MAIN := $(BUILD)/tests/unit/main.o
 
 # Files compiled into the binary: the workspace template and helper scripts.
 EMBED_FILES := $(sort $(shell find template -type f 2>/dev/null)) \
-	$(sort $(wildcard src/*/*.py))
+	$(sort $(wildcard src/*/*.py)) $(sort $(wildcard harness/*.py))
 EMBED_TOOL := $(BUILD)/tools/embed
 
 .PHONY: all test unit clean format format-check

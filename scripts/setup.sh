@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PKGS=(build-essential pkg-config git python3 python3-venv python3-pip
-             libjansson-dev libxxhash-dev libpcre2-dev libseccomp-dev clang clang-format)
+             libjansson-dev libxxhash-dev libpcre2-dev libseccomp-dev libelf-dev clang
+             clang-format)
 PY_PKGS=(pyarrow pytest)
 
 say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }

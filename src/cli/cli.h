@@ -79,6 +79,7 @@ bool cli_stdout_tty(void);
 int cmd_workspace(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_tool(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif

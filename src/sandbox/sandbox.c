@@ -181,8 +181,8 @@ static bool under(const char *path, const char *dir)
 /* An extra read-only bind at the host path's own location inside. */
 static int plan_extra_bind(struct sandbox__plan *p, const char *path, struct ca_err *err)
 {
-    static const char *const reserved[] = {SANDBOX_WORKSPACE, "/run", "/tmp", "/dev", "/proc",
-                                           "/etc", SANDBOX__OLDROOT};
+    static const char *const reserved[] = {SANDBOX_WORKSPACE, "/run", "/tmp",          "/dev",
+                                           "/proc",           "/etc", SANDBOX__OLDROOT};
     bool is_dir = false;
     char *real = resolve(path, &is_dir);
     if (!real)

@@ -64,7 +64,7 @@ struct sandbox_opts {
      * the system directories are already visible and are skipped; paths that would cover
      * /workspace, /run, /tmp, /dev, /proc or /etc are refused. */
     const char *const *extra_ro_binds;
-    const char *hostname;        /* default "sandbox" */
+    const char *hostname; /* default "sandbox" */
     struct sandbox_limits limits;
     unsigned flags;
 };

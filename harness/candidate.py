@@ -1,0 +1,383 @@
+"""candidate.py: the untrusted side of an evaluation. Runs one candidate, then exits.
+
+Started by harness/evaluate.py (the trusted side) in a fresh temporary directory, with a clean
+environment and its own process group:
+
+    python3 harness/candidate.py --job DIR --report-fd N
+    python3 harness/candidate.py --prewarm --report-fd N     (reads DIR from the first stdin line)
+
+DIR holds what the trusted side wrote (job.json, init_inputs.pt, state_dict.pt,
+inputs_<i>.pt). This process imports timing.py first (capturing timers before any candidate
+code exists), initialises the device, loads the extension as the module `cuda_extension`
+(a compiled .so, or for tests only a Python file), imports model_new.py by path, builds
+ModelNew(*init_inputs), loads Model's state_dict (strict) and then, for every input set:
+clones the inputs, poisons freed device memory with NaN (so unwritten output elements show),
+runs forward under torch.no_grad(), synchronises, and saves the outputs and the post-forward
+inputs to outputs_<i>.pt for the trusted side to compare. It never sees the reference
+outputs or the seeds. After all sets it waits for one stdin line: "time" (measure the forward
+on input set 0 with timing.measure and report) or anything else (stop).
+
+Messages go to the trusted side as JSON lines on fd N (see docs/internals/harness.md):
+  {"type": "ready"}                                  (--prewarm only, before reading DIR)
+  {"type": "stage", "stage": NAME}
+  {"type": "set", "index": i, "file": F, "outputs": [META...], "forward_ms": T}
+  {"type": "verified"}
+  {"type": "timing", "stats": {...}}
+  {"type": "failure", "kind": K, "message": M, "details": {...}}
+  {"type": "done"}
+Exit status: 0 after "done" (or a "stop"), 1 after a "failure", 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if not sys.path or os.path.abspath(sys.path[0]) != _HERE:
+    sys.path.insert(0, _HERE)
+
+# First, before anything the candidate controls: timing captures its references at import.
+import timing  # noqa: E402  (must precede every other project import)
+import harness_util as hu  # noqa: E402
+
+import argparse  # noqa: E402
+import faulthandler  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import traceback  # noqa: E402
+from typing import Any, NoReturn  # noqa: E402
+
+import torch  # noqa: E402  (already imported by timing)
+
+_os_write = os.write
+_os_exit = os._exit
+_perf_counter = timing._perf_counter
+_dumps = hu.dumps
+
+
+class Channel:
+    """JSON lines to the trusted side on an inherited pipe."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def send(self, msg: dict[str, Any]) -> None:
+        data = (_dumps(msg) + "\n").encode("utf-8")
+        if len(data) > hu.MAX_MESSAGE_BYTES:
+            data = (_dumps({"type": "failure", "kind": "protocol",
+                            "message": "a report message was too large", "details": {}})
+                    + "\n").encode("utf-8")
+        view = memoryview(data)
+        while view:
+            n = _os_write(self.fd, view)
+            view = view[n:]
+
+
+class Failure(Exception):
+    def __init__(self, kind: str, message: str, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.details = details or {}
+
+
+def _tb_tail(exc: BaseException) -> str:
+    return hu.cap("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+def _fail_from(exc: BaseException, default_kind: str, what: str,
+               details: dict[str, Any] | None = None) -> Failure:
+    """A Failure for an exception raised by candidate code while doing `what`."""
+    kind, message = hu.classify_exception(exc)
+    if kind == "exception":
+        kind = default_kind
+    d = dict(details or {})
+    d["traceback"] = _tb_tail(exc)
+    return Failure(kind, f"{what}: {message}", d)
+
+
+def _set_precision(precision: str) -> None:
+    allow = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    torch.set_float32_matmul_precision("high" if allow else "highest")
+
+
+def _init_device(device: torch.device) -> None:
+    """Makes device current and creates its CUDA context (device: resolved, with an index)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.empty(1, device=device)
+        torch.cuda.synchronize(device)
+
+
+def _load_module(name: str, path: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as module {name}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _to_device(x: Any, device: torch.device) -> Any:
+    return x.to(device) if isinstance(x, torch.Tensor) else x
+
+
+def _clone(x: Any) -> Any:
+    return x.clone() if isinstance(x, torch.Tensor) else x
+
+
+def _poison(device: torch.device, sizes: list[int]) -> None:
+    """Leaves only NaN-filled free blocks in the caching allocator, sized like the outputs.
+
+    The cache is emptied first, so no stale free block (an earlier set's output, say) is
+    left for the forward to reuse; then two blocks per output size and one larger block are
+    allocated, filled with bytes of 0xFF and freed again (they stay cached for reuse). 0xFF
+    bytes read as NaN in every floating type (and -1 in signed integers), so an output
+    element the forward never writes is NaN and fails the comparison. Not done on the CPU
+    (CPU mode exists to test the harness, not to grade kernels).
+    """
+    if device.type != "cuda":
+        return
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    blocks = []
+    total = 0
+    for nb in sizes:
+        nb = int(nb)
+        if nb <= 0:
+            continue
+        total += nb
+        for _ in range(2):
+            blocks.append(torch.full((nb,), 255, dtype=torch.uint8, device=device))
+    big = min(max(2 * total, 32 << 20), 8 << 30)
+    blocks.append(torch.full((big,), 255, dtype=torch.uint8, device=device))
+    torch.cuda.synchronize(device)
+    del blocks
+
+
+def _describe(leaf: Any) -> dict[str, Any]:
+    if isinstance(leaf, torch.Tensor):
+        return {"kind": "tensor", "shape": list(leaf.shape), "dtype": str(leaf.dtype),
+                "device": leaf.device.type, "type": f"{type(leaf).__module__}."
+                                                    f"{type(leaf).__qualname__}"}
+    return {"kind": "number", "type": type(leaf).__name__}
+
+
+def _plain_cpu(leaf: Any, index: int) -> Any:
+    """The leaf as a plain CPU tensor (or number); tensor subclasses are refused."""
+    if isinstance(leaf, torch.Tensor):
+        if type(leaf) not in (torch.Tensor, torch.nn.Parameter):
+            raise Failure("output_type",
+                          f"output {index} is a {type(leaf).__module__}."
+                          f"{type(leaf).__qualname__}, not a plain torch.Tensor: tensor "
+                          "subclasses (lazy or deferred outputs) are not accepted",
+                          {"output": index})
+        return leaf.detach().to("cpu").clone() if leaf.device.type == "cpu" else \
+            leaf.detach().to("cpu")
+    return leaf
+
+
+class Runner:
+    def __init__(self, job: dict[str, Any], chan: Channel):
+        self.job = job
+        self.chan = chan
+        self.device = timing.resolve_device(job["device"])
+        self.model: Any = None
+
+    def stage(self, name: str) -> None:
+        self.chan.send({"type": "stage", "stage": name})
+
+    def run(self) -> bool:
+        """True: finished ("done" sent); False: stopped after verification."""
+        job = self.job
+        self.stage("init")
+        _set_precision(job.get("precision", "strict"))
+        _init_device(self.device)
+
+        self.stage("load_extension")
+        ext = job["extension"]
+        try:
+            _load_module("cuda_extension", ext["path"])
+        except BaseException as exc:  # noqa: BLE001  (candidate code: anything can happen)
+            raise _fail_from(exc, "import", "importing the extension cuda_extension failed")
+
+        self.stage("import_model_new")
+        try:
+            mod = _load_module("model_new", job["model_new"])
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "import", "importing model_new.py failed")
+        model_cls = getattr(mod, "ModelNew", None)
+        if not isinstance(model_cls, type):
+            raise Failure("import", "model_new.py defines no class ModelNew")
+
+        self.stage("build")
+        init_inputs = torch.load("init_inputs.pt", weights_only=True)
+        torch.manual_seed(0)
+        try:
+            model = model_cls(*init_inputs)
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "build", "ModelNew(*get_init_inputs()) raised")
+        if not isinstance(model, torch.nn.Module):
+            raise Failure("build", f"ModelNew(...) returned a {type(model).__name__}, "
+                                   "not a torch.nn.Module")
+
+        self.stage("load_state_dict")
+        state = torch.load("state_dict.pt", weights_only=True)
+        try:
+            theirs = list(model.state_dict().keys())
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "state_dict", "ModelNew.state_dict() raised")
+        missing = [k for k in state if k not in theirs]
+        unexpected = [k for k in theirs if k not in state]
+        if missing or unexpected:
+            raise Failure("state_dict",
+                          "state_dict keys differ from Model's: "
+                          + (f"missing in ModelNew {missing}" if missing else "")
+                          + ("; " if missing and unexpected else "")
+                          + (f"not in Model {unexpected}" if unexpected else ""),
+                          {"missing": missing, "unexpected": unexpected})
+        try:
+            model.load_state_dict(state, strict=True)
+            model = model.to(self.device).eval()
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "state_dict", "loading Model's state_dict failed")
+        self.model = model
+
+        self.stage("verify")
+        for i in range(int(job["n_sets"])):
+            self.verify_set(i)
+        self.chan.send({"type": "verified"})
+
+        command = sys.stdin.readline().strip()
+        if command != "time":
+            return False
+        self.stage("timing")
+        self.time_forward()
+        self.chan.send({"type": "done"})
+        return True
+
+    def verify_set(self, i: int) -> None:
+        inputs = torch.load(f"inputs_{i}.pt", weights_only=True)
+        inputs = [_to_device(x, self.device) for x in inputs]
+        args = [_clone(x) for x in inputs]
+        del inputs
+        _poison(self.device, self.job.get("poison_bytes", []))
+        t0 = _perf_counter()
+        try:
+            with torch.no_grad():
+                out = self.model(*args)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "exception", f"forward on input set {i} raised", {"set": i})
+        forward_ms = (_perf_counter() - t0) * 1e3
+        try:
+            leaves = hu.flatten_outputs(out)
+        except TypeError as exc:
+            raise Failure("output_type", str(exc), {"set": i})
+        meta = [_describe(x) for x in leaves]
+        try:
+            payload = {
+                "outputs": [_plain_cpu(x, j) for j, x in enumerate(leaves)],
+                "inputs_after": [_plain_cpu(x, j) for j, x in enumerate(args)],
+            }
+        except Failure as f:
+            f.details["set"] = i
+            raise
+        except BaseException as exc:  # noqa: BLE001  (copying back can surface CUDA errors)
+            raise _fail_from(exc, "exception", f"copying the outputs of set {i} failed",
+                             {"set": i})
+        name = f"outputs_{i}.pt"
+        torch.save(payload, name + ".tmp")
+        os.replace(name + ".tmp", name)
+        self.chan.send({"type": "set", "index": i, "file": name, "outputs": meta,
+                        "forward_ms": forward_ms})
+
+    def time_forward(self) -> None:
+        t = self.job["timing"]
+        inputs = torch.load(f"inputs_{int(t.get('set', 0))}.pt", weights_only=True)
+        inputs = [_to_device(x, self.device) for x in inputs]
+        model = self.model
+
+        def make_inputs() -> list[Any]:
+            return [_clone(x) for x in inputs]
+
+        def forward(*args: Any) -> Any:
+            return model(*args)
+
+        try:
+            stats = timing.measure(forward, make_inputs, self.device,
+                                   float(t.get("budget_ms", timing.DEFAULT_BUDGET_MS)),
+                                   t.get("mode", "events"))
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "exception", "the forward raised while being timed")
+        self.chan.send({"type": "timing", "stats": stats})
+
+
+def _usage_exit(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    parser.print_usage(sys.stderr)
+    print(f"candidate.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Run one candidate for harness/evaluate.py (untrusted side).")
+    parser.add_argument("--job", help="the job directory written by evaluate.py")
+    parser.add_argument("--prewarm", action="store_true",
+                        help="import torch and initialise the device first, report 'ready', "
+                             "then read the job directory from the first line of stdin")
+    parser.add_argument("--device", default="cuda",
+                        help="with --prewarm: the device to initialise before the job arrives")
+    parser.add_argument("--report-fd", type=int, required=True,
+                        help="file descriptor of the pipe for JSON-line messages")
+    args = parser.parse_args(argv)
+    if bool(args.job) == bool(args.prewarm):
+        _usage_exit(parser, "give exactly one of --job DIR and --prewarm")
+
+    chan = Channel(args.report_fd)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+
+    job_dir = args.job
+    if args.prewarm:
+        _init_device(timing.resolve_device(args.device))
+        chan.send({"type": "ready"})
+        job_dir = sys.stdin.readline().strip()
+    try:
+        os.chdir(job_dir)
+        with open("job.json", encoding="utf-8") as f:
+            job = json.load(f)
+    except (OSError, ValueError) as exc:
+        chan.send({"type": "failure", "kind": "protocol",
+                   "message": f"cannot read the job in {job_dir!r}: {exc}", "details": {}})
+        return 1
+
+    runner = Runner(job, chan)
+    try:
+        runner.run()
+    except Failure as f:
+        chan.send({"type": "failure", "kind": f.kind, "message": f.message,
+                   "details": f.details})
+        return 1
+    except BaseException as exc:  # noqa: BLE001  (whatever escaped: still report it)
+        failure = _fail_from(exc, "exception", "the candidate runner failed")
+        chan.send({"type": "failure", "kind": failure.kind, "message": failure.message,
+                   "details": failure.details})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: no candidate atexit hooks, no slow CUDA context destruction.
+    _os_exit(code)

@@ -1,0 +1,1277 @@
+#!/usr/bin/env python3
+"""evaluate.py: the trusted side of an evaluation: verify and time one candidate.
+
+    python3 harness/evaluate.py --task MODEL.py --candidate-dir DIR --so PATH/cuda_extension.so
+        --out RESULT.json [--device cuda|cpu] [--seeds 5] [--adversarial-sets 1]
+        [--timing events|kernel] [--precision strict|tf32] [--atol 1e-2] [--rtol 1e-2]
+        [--baseline-cache DIR] [--budget-ms 2000] [--timeout 120] [--no-timing]
+        [--no-compile] [--python PATH] [--tmp-dir DIR] [--keep-temp] [--quiet]
+
+This process imports torch and the task file only; it never imports or runs candidate code.
+The candidate (the .so and DIR/model_new.py) runs in a child process, harness/candidate.py,
+started with a clean environment in a fresh temporary directory and its own process group,
+which gets copies of the inputs and Model's state_dict and sends back its outputs and its
+post-forward inputs; this side compares them with its own reference outputs, which never
+leave this process, on inputs drawn from seeds that never leave it either.
+
+The result is written to --out as JSON (schema in docs/internals/harness.md); stdout carries
+progress lines only. Exit status: 0 the candidate passed (and was timed unless --no-timing);
+1 the candidate failed (the JSON says why); 2 bad arguments; 3 the task or the harness failed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if not sys.path or os.path.abspath(sys.path[0]) != _HERE:
+    sys.path.insert(0, _HERE)
+
+import timing  # noqa: E402
+import harness_util as hu  # noqa: E402
+
+import argparse  # noqa: E402
+import copy  # noqa: E402
+import hashlib  # noqa: E402
+import importlib.util  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import queue  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import stat  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import torch  # noqa: E402
+
+CANDIDATE_PY = os.path.join(_HERE, "candidate.py")
+TESTING_ENV = "CUDA_AGENT_HARNESS_TESTING"
+DEFAULT_TOL = 1e-2
+DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_SEEDS = 5
+MAX_FIRST_MISMATCHES = 5
+BASELINE_CACHE_VERSION = 1
+
+# Strict precision (docs/internals/harness.md, "Precision"): on every input set, for every
+# floating output, the candidate's RMS error against a float64 reference must not exceed
+#   PRECISION_FACTOR * (RMS error of the float32 reference against the float64 one)
+#   + PRECISION_REL_FLOOR_EPS * eps(dtype) * RMS(float64 reference) + PRECISION_ABS_FLOOR.
+PRECISION_FACTOR = 10.0
+PRECISION_REL_FLOOR_EPS = 128.0
+PRECISION_ABS_FLOOR = 1e-12
+
+# Speed of light: peak memory bandwidth in bytes/s, by a substring of the device name
+# (first match wins, so the more specific names come first). Unknown devices: no check.
+PEAK_BANDWIDTH = (
+    ("H200", 4.8e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100 NVL", 3.9e12),
+    ("H100", 3.35e12),
+    ("A100", 2.0e12),
+)
+SOL_FLAG_FRACTION = 0.5
+
+# Environment variables the candidate process inherits; everything else is dropped.
+ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "PYTHONPATH",
+                   "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS",
+                   "MKL_NUM_THREADS")
+# Input domains whose inputs may be replaced by heavy-tailed mixed-sign values.
+ADVERSARIAL_DOMAINS = ("real",)
+
+
+class EvalError(Exception):
+    """A failure that ends the evaluation; becomes result["failure"]."""
+
+    def __init__(self, kind: str, message: str, details: dict[str, Any] | None = None,
+                 stage: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.details = details or {}
+        self.stage = stage
+
+
+class Log:
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+
+    def __call__(self, msg: str) -> None:
+        if not self.quiet:
+            print(f"evaluate: {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Arguments
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="evaluate.py",
+        description="Verify and time one candidate (cuda_extension + model_new.py) against a "
+                    "KernelBench-format task, with the candidate in a separate process.")
+    p.add_argument("--task", required=True, help="the task file (Model, get_inputs, "
+                                                 "get_init_inputs)")
+    p.add_argument("--candidate-dir", required=True, help="directory holding model_new.py")
+    ext = p.add_mutually_exclusive_group(required=True)
+    ext.add_argument("--so", help="the built extension module (cuda_extension*.so)")
+    ext.add_argument("--ext-module", help=f"TEST ONLY: a Python file imported as cuda_extension;"
+                                          f" refused unless {TESTING_ENV}=1")
+    p.add_argument("--out", required=True, help="where to write the result JSON")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS,
+                   help="random input sets from get_inputs() (default 5)")
+    p.add_argument("--adversarial-sets", type=int, default=1,
+                   help="extra sets with heavy-tailed mixed-sign float inputs (default 1)")
+    p.add_argument("--timing", choices=("events", "kernel"), default="events")
+    p.add_argument("--precision", choices=("strict", "tf32"), default="strict")
+    p.add_argument("--atol", type=float, default=None,
+                   help="absolute tolerance (default: the task's ATOL, else 1e-2)")
+    p.add_argument("--rtol", type=float, default=None,
+                   help="relative tolerance (default: the task's RTOL, else 1e-2)")
+    p.add_argument("--baseline-cache", help="directory caching eager/compile timings")
+    p.add_argument("--budget-ms", type=float, default=timing.DEFAULT_BUDGET_MS,
+                   help="time budget per timed subject, warm-up included (default 2000)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help="wall-clock limit for the candidate process in seconds (default 120)")
+    p.add_argument("--no-timing", action="store_true", help="verify only")
+    p.add_argument("--no-compile", action="store_true",
+                   help="skip the torch.compile baseline")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter for the candidate process (default: this one)")
+    p.add_argument("--tmp-dir", default=None, help="where candidate directories are made")
+    p.add_argument("--keep-temp", action="store_true",
+                   help="keep the candidate's directory (debugging)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+# ---------------------------------------------------------------------------------------
+# Task, seeds, inputs
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_task(path: str, digest: str) -> Any:
+    name = f"_cuda_agent_task_{digest[:16]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise EvalError("task_error", f"cannot import the task file {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise EvalError("task_error", f"importing the task failed: {type(exc).__name__}: {exc}",
+                        {"traceback": hu.cap(traceback.format_exc())}, stage="setup")
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(module, attr):
+            raise EvalError("task_error", f"the task defines no {attr}", stage="setup")
+    return module
+
+
+def secret_seed() -> int:
+    """A fresh seed from the OS; never written anywhere the candidate can read."""
+    return int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+
+
+def task_call(what: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        raise EvalError("task_error", f"{what} failed: {type(exc).__name__}: {exc}",
+                        {"traceback": hu.cap(traceback.format_exc())}, stage="setup")
+
+
+def as_list(x: Any, what: str) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    raise EvalError("task_error", f"{what} must return a list or tuple, got {type(x).__name__}",
+                    stage="setup")
+
+
+def clone_arg(x: Any) -> Any:
+    return x.clone() if isinstance(x, torch.Tensor) else x
+
+
+def to_device(x: Any, device: torch.device) -> Any:
+    return x.to(device) if isinstance(x, torch.Tensor) else x
+
+
+def cpu_copy(x: Any) -> Any:
+    return x.detach().to("cpu").clone() if isinstance(x, torch.Tensor) else x
+
+
+def forward_param_names(task: Any) -> list[str]:
+    try:
+        params = list(inspect.signature(task.Model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params[1:]
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def input_domains(task: Any) -> dict[int, str]:
+    """INPUT_DOMAINS = {index or forward() parameter name: domain} -> {index: domain}."""
+    declared = getattr(task, "INPUT_DOMAINS", None) or {}
+    if not isinstance(declared, dict):
+        raise EvalError("task_error", "INPUT_DOMAINS must be a dict", stage="setup")
+    names = forward_param_names(task)
+    out: dict[int, str] = {}
+    for key, domain in declared.items():
+        if isinstance(key, int) and not isinstance(key, bool):
+            out[key] = str(domain)
+        elif isinstance(key, str) and key in names:
+            out[names.index(key)] = str(domain)
+        elif isinstance(key, str) and key.isdigit():
+            out[int(key)] = str(domain)
+        else:
+            raise EvalError("task_error", f"INPUT_DOMAINS names {key!r}, which is neither an "
+                                          f"input index nor a forward() parameter {names}",
+                            stage="setup")
+    return out
+
+
+def heavy_tailed_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Mixed-sign, heavy-tailed values with x's shape, dtype and spread (std).
+
+    A Gaussian scale mixture (normal times log-normal) has far heavier tails than a normal;
+    values are normalised to x's standard deviation and clipped at 20 of them.
+    """
+    if x.numel() == 0:
+        return x.clone()
+    xd = x.detach().to("cpu", torch.float64)
+    scale = float(xd.std()) if x.numel() > 1 else 0.0
+    if not math.isfinite(scale) or scale == 0.0:
+        finite = xd[torch.isfinite(xd)]
+        scale = float(finite.abs().max()) if finite.numel() else 0.0
+    if not math.isfinite(scale) or scale == 0.0:
+        scale = 1.0
+    z = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+    z = z * torch.exp(0.75 * torch.randn(x.shape, generator=gen, dtype=torch.float64))
+    if z.numel() > 1:
+        z = z / z.std().clamp_min(1e-12)
+    z = (z * scale).clamp(-20.0 * scale, 20.0 * scale)
+    return z.to(x.dtype)
+
+
+class InputSet:
+    def __init__(self, index: int, kind: str, cpu: list[Any], device: torch.device):
+        self.index = index          # the "seed_index" reported (never the seed itself)
+        self.kind = kind            # "random" or "adversarial"
+        self.cpu = cpu              # what the candidate gets (written to a file)
+        self.orig = [to_device(clone_arg(x), device) for x in cpu]  # pristine, never mutated
+        self.ref: list[Any] = []    # reference leaves (float32 / the task's dtypes), on device
+        self.ref64: list[Any] | None = None
+        self.ref_mutated: list[int] = []  # inputs the reference itself modifies in place
+
+
+def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device,
+              log: Log) -> tuple[list[InputSet], dict[str, Any]]:
+    sets: list[InputSet] = []
+    for i in range(n_random):
+        torch.manual_seed(secret_seed())
+        raw = as_list(task_call("get_inputs()", task.get_inputs), "get_inputs()")
+        sets.append(InputSet(i, "random", [cpu_copy(x) for x in raw], device))
+    domains = input_domains(task)
+    info: dict[str, Any] = {"inputs": [], "left_as_drawn": {}}
+    for a in range(n_adv):
+        seed = secret_seed()
+        torch.manual_seed(seed)
+        raw = [cpu_copy(x) for x in
+               as_list(task_call("get_inputs()", task.get_inputs), "get_inputs()")]
+        gen = torch.Generator().manual_seed(seed ^ 0x5DEECE66D)
+        changed = []
+        for k, x in enumerate(raw):
+            if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+                continue
+            domain = domains.get(k, "real")
+            if domain not in ADVERSARIAL_DOMAINS:
+                info["left_as_drawn"][str(k)] = domain
+                continue
+            raw[k] = heavy_tailed_like(x, gen)
+            changed.append(k)
+        info["inputs"] = changed
+        if not changed:
+            info["skipped"] = "no floating-point input may take adversarial values"
+            log("adversarial set skipped: no eligible input")
+            break
+        sets.append(InputSet(n_random + a, "adversarial", raw, device))
+    return sets, info
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise equality where NaN equals NaN (same shape and dtype assumed)."""
+    eq = a == b
+    if a.is_floating_point() or a.is_complex():
+        eq = eq | (torch.isnan(a) & torch.isnan(b))
+    return eq
+
+
+def set_precision(mode: str) -> None:
+    allow = mode == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    torch.set_float32_matmul_precision("high" if allow else "highest")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def compute_reference(model: torch.nn.Module, s: InputSet, device: torch.device) -> None:
+    args = [clone_arg(x) for x in s.orig]
+    with torch.no_grad():
+        out = task_call(f"Model.forward on input set {s.index}", lambda: model(*args))
+    sync(device)
+    try:
+        s.ref = [x.detach() if isinstance(x, torch.Tensor) else x
+                 for x in hu.flatten_outputs(out)]
+    except TypeError as exc:
+        raise EvalError("task_error", f"Model's output: {exc}", stage="setup")
+    s.ref_mutated = [k for k, (a, o) in enumerate(zip(args, s.orig))
+                     if isinstance(o, torch.Tensor)
+                     and not (a.shape == o.shape and a.dtype == o.dtype
+                              and bool(same_values(a, o).all()))]
+
+
+def compute_reference64(model64: torch.nn.Module | None, s: InputSet) -> str | None:
+    """Fills s.ref64; returns why it is unavailable, or None."""
+    if model64 is None:
+        return "no float64 model"
+    args = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else
+            clone_arg(x) for x in s.orig]
+    try:
+        with torch.no_grad():
+            out = model64(*args)
+        s.ref64 = [x.detach() if isinstance(x, torch.Tensor) else x
+                   for x in hu.flatten_outputs(out)]
+    except Exception as exc:  # the float64 reference is best effort
+        s.ref64 = None
+        return f"{type(exc).__name__}: {exc}"
+    if len(s.ref64) != len(s.ref):
+        s.ref64 = None
+        return "the float64 model returned a different number of outputs"
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Comparison
+
+
+def first_true(mask: torch.Tensor, k: int) -> list[int]:
+    """Flat indices of the first k True elements of mask (chunked: no huge nonzero())."""
+    flat = mask.reshape(-1)
+    found: list[int] = []
+    chunk = 1 << 22
+    for start in range(0, flat.numel(), chunk):
+        idx = torch.nonzero(flat[start:start + chunk]).flatten()
+        if idx.numel():
+            found.extend(int(i) + start for i in idx[: k - len(found)].tolist())
+            if len(found) >= k:
+                break
+    return found
+
+
+def unravel(flat_index: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for dim in reversed(shape):
+        flat_index, r = divmod(flat_index, dim)
+        out.append(r)
+    return list(reversed(out))
+
+
+def compare_tensor(j: int, got: torch.Tensor, exp: torch.Tensor, atol: float,
+                   rtol: float) -> dict[str, Any]:
+    """Per-output record: mismatches, nonfinite_mismatches, max_abs_diff, first_mismatches."""
+    rec: dict[str, Any] = {"output": j, "shape": list(exp.shape), "dtype": str(exp.dtype),
+                           "numel": exp.numel()}
+    if exp.numel() == 0:
+        rec.update(mismatches=0, nonfinite_mismatches=0, max_abs_diff=None,
+                   first_mismatches=[])
+        return rec
+    floating = exp.is_floating_point() or exp.is_complex()
+    if floating:
+        close = torch.isclose(got, exp, rtol=rtol, atol=atol, equal_nan=True)
+        nan_g, nan_e = torch.isnan(got), torch.isnan(exp)
+        inf_g, inf_e = torch.isinf(got), torch.isinf(exp)
+        nonfinite_bad = (nan_g != nan_e) | (inf_g != inf_e) | (inf_g & inf_e & (got != exp))
+        both_finite = torch.isfinite(got) & torch.isfinite(exp)
+        diff = torch.where(both_finite, (got.to(torch.complex128 if exp.is_complex()
+                                                else torch.float64)
+                                         - exp.to(torch.complex128 if exp.is_complex()
+                                                  else torch.float64)).abs(),
+                           torch.zeros((), dtype=torch.float64, device=exp.device))
+        max_abs = float(diff.max()) if bool(both_finite.any()) else None
+        nonfinite = int(nonfinite_bad.sum())
+    else:
+        close = got == exp
+        diff = (got.to(torch.float64) - exp.to(torch.float64)).abs() \
+            if exp.dtype != torch.bool else (got != exp).to(torch.float64)
+        max_abs = float(diff.max())
+        nonfinite = 0
+    bad = ~close
+    nbad = int(bad.sum())
+    firsts = []
+    if nbad:
+        g_flat, e_flat = got.reshape(-1), exp.reshape(-1)
+        for fi in first_true(bad, MAX_FIRST_MISMATCHES):
+            g, e = g_flat[fi].item(), e_flat[fi].item()
+            if isinstance(g, complex) or isinstance(e, complex):
+                g, e = complex(g), complex(e)
+                ad = abs(g - e) if math.isfinite(abs(g - e)) else None
+                g, e = str(g), str(e)
+            else:
+                ad = abs(float(g) - float(e))
+                ad = ad if math.isfinite(ad) else None
+                g, e = hu.number_repr(g), hu.number_repr(e)
+            firsts.append({"output": j, "index": unravel(fi, tuple(exp.shape)), "got": g,
+                           "expected": e, "abs_diff": ad})
+    rec.update(mismatches=nbad, nonfinite_mismatches=nonfinite, max_abs_diff=max_abs,
+               first_mismatches=firsts)
+    return rec
+
+
+def compare_number(j: int, got: Any, exp: Any, atol: float, rtol: float) -> dict[str, Any]:
+    if isinstance(exp, bool) or isinstance(exp, int):
+        ok = got == exp
+    else:
+        g, e = float(got), float(exp)
+        ok = (math.isnan(g) and math.isnan(e)) or g == e or \
+            (math.isfinite(g) and math.isfinite(e) and abs(g - e) <= atol + rtol * abs(e))
+    ad = None
+    try:
+        ad = abs(float(got) - float(exp))
+        ad = ad if math.isfinite(ad) else None
+    except (TypeError, ValueError):
+        pass
+    firsts = [] if ok else [{"output": j, "index": [], "got": hu.number_repr(got),
+                             "expected": hu.number_repr(exp), "abs_diff": ad}]
+    return {"output": j, "shape": [], "dtype": type(exp).__name__, "numel": 1,
+            "mismatches": 0 if ok else 1, "nonfinite_mismatches": 0, "max_abs_diff": ad,
+            "first_mismatches": firsts}
+
+
+def precision_record(j: int, got: torch.Tensor, ref: torch.Tensor,
+                     ref64: torch.Tensor) -> dict[str, Any] | None:
+    """The strict-precision numbers of one floating output (None: not applicable)."""
+    if not ref.is_floating_point() or ref.dtype == torch.float64 or ref.numel() == 0:
+        return None
+    if not isinstance(ref64, torch.Tensor) or ref64.shape != ref.shape:
+        return None
+    g, r, r64 = got.to(torch.float64), ref.to(torch.float64), ref64.to(torch.float64)
+    mask = torch.isfinite(g) & torch.isfinite(r) & torch.isfinite(r64)
+    n = int(mask.sum())
+    if n == 0:
+        return None
+    zero = torch.zeros((), dtype=torch.float64, device=g.device)
+
+    def rms(t: torch.Tensor) -> float:
+        return math.sqrt(float(torch.where(mask, t * t, zero).sum()) / n)
+
+    cand_err = rms(g - r64)
+    ref_err = rms(r - r64)
+    scale = rms(r64)
+    eps = torch.finfo(ref.dtype).eps
+    threshold = PRECISION_FACTOR * ref_err + PRECISION_REL_FLOOR_EPS * eps * scale \
+        + PRECISION_ABS_FLOOR
+    return {"output": j, "candidate_rms_err": cand_err, "reference_rms_err": ref_err,
+            "scale_rms": scale, "threshold": threshold,
+            "ratio": cand_err / ref_err if ref_err > 0 else None, "ok": cand_err <= threshold}
+
+
+def check_set(s: InputSet, meta: Any, payload: Any, device: torch.device, atol: float,
+              rtol: float, precision: str) -> dict[str, Any]:
+    """Compares one set; returns its record; raises EvalError on the first failure."""
+    record: dict[str, Any] = {"seed_index": s.index, "kind": s.kind, "ok": False,
+                              "max_abs_diff": None, "mismatches": 0, "first_mismatches": [],
+                              "outputs": []}
+    outs = payload["outputs"]
+    if len(outs) != len(s.ref):
+        raise EvalError("output_type", f"input set {s.index}: ModelNew returned {len(outs)} "
+                                       f"output(s), Model returns {len(s.ref)}",
+                        {"set": s.index, "record": record})
+    if isinstance(meta, list) and len(meta) == len(outs):
+        for j, (m, r) in enumerate(zip(meta, s.ref)):
+            if isinstance(m, dict) and isinstance(r, torch.Tensor) and \
+                    m.get("kind") == "tensor" and m.get("device") != r.device.type:
+                raise EvalError("device", f"input set {s.index}: output {j} is on "
+                                          f"{m.get('device')}, Model's on {r.device.type}",
+                                {"set": s.index, "output": j})
+    got_leaves = []
+    for j, (g, r) in enumerate(zip(outs, s.ref)):
+        if isinstance(r, torch.Tensor) != isinstance(g, torch.Tensor):
+            raise EvalError("output_type",
+                            f"input set {s.index}: output {j} is a {type(g).__name__}, "
+                            f"Model's is a {type(r).__name__}", {"set": s.index, "output": j})
+        if isinstance(r, torch.Tensor):
+            if tuple(g.shape) != tuple(r.shape):
+                raise EvalError("shape", f"input set {s.index}: output {j} has shape "
+                                         f"{list(g.shape)}, Model's has {list(r.shape)}",
+                                {"set": s.index, "output": j, "got": list(g.shape),
+                                 "expected": list(r.shape)})
+            if g.dtype != r.dtype:
+                raise EvalError("dtype", f"input set {s.index}: output {j} has dtype {g.dtype},"
+                                         f" Model's has {r.dtype}",
+                                {"set": s.index, "output": j, "got": str(g.dtype),
+                                 "expected": str(r.dtype)})
+            g = g.to(device)
+            rec = compare_tensor(j, g, r, atol, rtol)
+        else:
+            rec = compare_number(j, g, r, atol, rtol)
+        got_leaves.append(g)
+        record["outputs"].append(rec)
+    diffs = [o["max_abs_diff"] for o in record["outputs"] if o["max_abs_diff"] is not None]
+    record["max_abs_diff"] = max(diffs) if diffs else None
+    record["mismatches"] = sum(o["mismatches"] for o in record["outputs"])
+    record["first_mismatches"] = [m for o in record["outputs"]
+                                  for m in o["first_mismatches"]][:MAX_FIRST_MISMATCHES]
+    if record["mismatches"]:
+        nonfinite = sum(o["nonfinite_mismatches"] for o in record["outputs"])
+        first = record["first_mismatches"][0] if record["first_mismatches"] else None
+        msg = (f"input set {s.index} ({s.kind}): {record['mismatches']} element(s) differ "
+               f"beyond atol={atol:g}, rtol={rtol:g}")
+        if nonfinite:
+            msg += f" ({nonfinite} with NaN/Inf where Model has none, or the reverse)"
+        if record["max_abs_diff"] is not None:
+            msg += f"; max |diff| {record['max_abs_diff']:.4g}"
+        if first is not None:
+            msg += (f"; first at output {first['output']} index {first['index']}: got "
+                    f"{first['got']}, expected {first['expected']}")
+        raise EvalError("mismatch", msg, {"set": s.index, "record": record})
+
+    # Inputs: compared with this side's pristine copies.
+    after = payload["inputs_after"]
+    if len(after) != len(s.orig):
+        raise EvalError("protocol", f"input set {s.index}: the candidate sent back "
+                                    f"{len(after)} inputs, not {len(s.orig)}", {"set": s.index})
+    for k, (a, o) in enumerate(zip(after, s.orig)):
+        if not isinstance(o, torch.Tensor) or k in s.ref_mutated:
+            continue
+        if not isinstance(a, torch.Tensor) or tuple(a.shape) != tuple(o.shape) or \
+                a.dtype != o.dtype:
+            raise EvalError("input_mutated", f"input set {s.index}: ModelNew changed input "
+                                             f"{k}'s shape or dtype in place",
+                            {"set": s.index, "input": k})
+        eq = same_values(a.to(device), o)
+        changed = int((~eq).sum())
+        if changed:
+            fi = first_true(~eq, 1)[0]
+            idx = unravel(fi, tuple(o.shape))
+            raise EvalError("input_mutated",
+                            f"input set {s.index}: ModelNew modified input {k} in place "
+                            f"({changed} of {o.numel()} elements changed; first at {idx}: was "
+                            f"{hu.number_repr(o.reshape(-1)[fi].item())}, now "
+                            f"{hu.number_repr(a.reshape(-1)[fi].item())}); inputs must be "
+                            "left as they are", {"set": s.index, "input": k, "changed": changed,
+                                                 "first_index": idx})
+
+    # Precision against the float64 reference.
+    if s.ref64 is not None:
+        precs = []
+        for j, (g, r, r64) in enumerate(zip(got_leaves, s.ref, s.ref64)):
+            if isinstance(r, torch.Tensor):
+                p = precision_record(j, g, r, r64)
+                if p is not None:
+                    precs.append(p)
+        record["precision"] = precs
+        worst = [p for p in precs if not p["ok"]]
+        if worst and precision == "strict":
+            p = worst[0]
+            raise EvalError(
+                "precision",
+                f"input set {s.index}: output {p['output']} is inside the tolerance but its "
+                f"RMS error against a float64 reference is {p['candidate_rms_err']:.3g}, above "
+                f"the {p['threshold']:.3g} that fp32 arithmetic allows (10x the float32 "
+                f"reference's {p['reference_rms_err']:.3g}, plus a floor): reduced precision "
+                "(TF32/FP16/BF16 arithmetic or inputs?). Compute in fp32, or run with "
+                "--precision tf32 where the task allows it.",
+                {"set": s.index, "record": record})
+    record["ok"] = True
+    return record
+
+
+# ---------------------------------------------------------------------------------------
+# The candidate process
+
+
+class CandidateProcess:
+    """harness/candidate.py in its own process group, talking over a pipe (fd) and stdin."""
+
+    MAX_MESSAGES = 10000
+
+    def __init__(self, python: str, job_dir: str, env: dict[str, str], timeout_s: float):
+        r, w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-B", CANDIDATE_PY, "--job", job_dir, "--report-fd", str(w)],
+                cwd=job_dir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, pass_fds=(w,), start_new_session=True,
+                close_fds=True)
+        except BaseException:
+            os.close(r)
+            os.close(w)
+            raise
+        os.close(w)
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout_s
+        self.timeout_s = timeout_s
+        self._killed = False
+        self.messages: queue.Queue[Any] = queue.Queue()
+        self._tail = bytearray()
+        self._tail_lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read_messages, args=(r,), daemon=True)
+        self._reader.start()
+        self._drain = threading.Thread(target=self._read_output, daemon=True)
+        self._drain.start()
+
+    def _read_messages(self, fd: int) -> None:
+        count = 0
+        with os.fdopen(fd, "rb") as f:
+            while True:
+                line = f.readline(hu.MAX_MESSAGE_BYTES + 1)
+                if not line:
+                    break
+                count += 1
+                if len(line) > hu.MAX_MESSAGE_BYTES or count > self.MAX_MESSAGES:
+                    self.messages.put({"type": "_protocol",
+                                       "message": "the candidate sent an oversized message "
+                                                  "or too many messages"})
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    self.messages.put({"type": "_protocol",
+                                       "message": "the candidate sent a line that is not JSON"})
+                    break
+                if not isinstance(msg, dict):
+                    self.messages.put({"type": "_protocol",
+                                       "message": "the candidate sent a non-object message"})
+                    break
+                self.messages.put(msg)
+        self.messages.put(None)
+
+    def _read_output(self) -> None:
+        assert self.proc.stdout is not None
+        while True:
+            chunk = self.proc.stdout.read1(65536) if hasattr(self.proc.stdout, "read1") \
+                else self.proc.stdout.read(65536)
+            if not chunk:
+                break
+            with self._tail_lock:
+                self._tail += chunk
+                if len(self._tail) > 2 * hu.STDERR_TAIL_BYTES:
+                    del self._tail[:-hu.STDERR_TAIL_BYTES]
+
+    def output_tail(self) -> str:
+        self._drain.join(timeout=1.0)
+        with self._tail_lock:
+            data = bytes(self._tail[-hu.STDERR_TAIL_BYTES:])
+        return data.decode("utf-8", "replace")
+
+    def next_message(self) -> dict[str, Any] | None:
+        """The next message; None at EOF; raises TimeoutError past the deadline."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        try:
+            return self.messages.get(timeout=remaining)
+        except queue.Empty:
+            raise TimeoutError from None
+
+    def send(self, line: str) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((line + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=max(0.0, timeout))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        """Kills the whole process group (the candidate and anything it started), once."""
+        if self._killed:
+            return
+        self._killed = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+def candidate_env(job_dir: str) -> dict[str, str]:
+    env = {k: os.environ[k] for k in ENV_PASSTHROUGH if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update(HOME=job_dir, TMPDIR=job_dir, PYTHONDONTWRITEBYTECODE="1",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+def exit_description(rc: int) -> str:
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"killed by {name}"
+    return f"exited with status {rc}"
+
+
+def load_candidate_file(job_dir: str, name: Any, expected: str, max_bytes: int) -> Any:
+    """torch.load(weights_only=True) of a file the candidate wrote, with size and type checks."""
+    if name != expected:
+        raise EvalError("protocol", f"the candidate named its output file {name!r}, expected "
+                                    f"{expected!r}")
+    path = os.path.join(job_dir, expected)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise EvalError("protocol", f"cannot open the candidate's {expected}: {exc}")
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise EvalError("protocol", f"the candidate's {expected} is not a regular file")
+        if st.st_size > max_bytes:
+            raise EvalError("protocol", f"the candidate's {expected} is {st.st_size} bytes, "
+                                        f"more than the {max_bytes} its outputs can need")
+        try:
+            payload = torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise EvalError("protocol", f"the candidate's {expected} cannot be loaded safely: "
+                                        f"{type(exc).__name__}: {hu.cap(str(exc), 512)}")
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    if not isinstance(payload, dict) or not isinstance(payload.get("outputs"), list) or \
+            not isinstance(payload.get("inputs_after"), list):
+        raise EvalError("protocol", f"the candidate's {expected} has the wrong structure")
+    for key in ("outputs", "inputs_after"):
+        items = []
+        for x in payload[key]:
+            if isinstance(x, torch.nn.Parameter):
+                x = x.data
+            if isinstance(x, torch.Tensor) and type(x) is not torch.Tensor:
+                raise EvalError("output_type", f"the candidate's {key} hold a "
+                                               f"{type(x).__name__}, not a plain tensor")
+            if not isinstance(x, (torch.Tensor, bool, int, float)):
+                raise EvalError("output_type", f"the candidate's {key} hold a "
+                                               f"{type(x).__name__}")
+            items.append(x)
+        payload[key] = items
+    return payload
+
+
+def nbytes(x: Any) -> int:
+    return x.numel() * x.element_size() if isinstance(x, torch.Tensor) else 0
+
+
+def sanitize_failure(msg: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    kind = msg.get("kind")
+    if kind not in hu.FAILURE_KINDS or kind in ("usage", "task_error", "harness"):
+        kind = "exception"
+    message = hu.cap(str(msg.get("message", "")), hu.STDERR_TAIL_BYTES)
+    details = msg.get("details") if isinstance(msg.get("details"), dict) else {}
+    clean: dict[str, Any] = {}
+    for k, v in list(details.items())[:32]:
+        v = hu.json_safe(v)
+        if isinstance(v, str):
+            v = hu.cap(v, hu.STDERR_TAIL_BYTES)
+        elif len(hu.dumps(v)) > 8192:
+            v = hu.cap(hu.dumps(v), 2048)
+        clean[str(k)[:64]] = v
+    return kind, message, clean
+
+
+# ---------------------------------------------------------------------------------------
+# Baselines and speed of light
+
+
+def device_info(device: torch.device) -> dict[str, Any]:
+    info: dict[str, Any] = {"type": device.type, "torch": torch.__version__,
+                            "cuda": torch.version.cuda}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(name=props.name, capability=f"{props.major}.{props.minor}",
+                    l2_bytes=timing.l2_cache_bytes(device),
+                    memory_bytes=int(props.total_memory))
+    else:
+        info.update(name=f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)")
+    return info
+
+
+def baseline_key(task_sha: str, dev: dict[str, Any], precision: str, mode: str) -> dict:
+    return {"version": BASELINE_CACHE_VERSION, "task_sha256": task_sha, "device": dev["name"],
+            "device_type": dev["type"], "torch": dev["torch"], "cuda": dev["cuda"],
+            "precision": precision, "timing": mode}
+
+
+def baseline_cache_path(cache_dir: str, key: dict) -> str:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    return os.path.join(cache_dir, f"baseline-{digest[:32]}.json")
+
+
+def read_baseline_cache(path: str, key: dict) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            entry = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return {}
+    return {k: entry[k] for k in ("eager", "compile") if isinstance(entry.get(k), dict)}
+
+
+def measure_baselines(opts: argparse.Namespace, model: torch.nn.Module, s: InputSet,
+                      device: torch.device, key: dict, log: Log) -> tuple[dict, bool]:
+    path = baseline_cache_path(opts.baseline_cache, key) if opts.baseline_cache else None
+    cached = read_baseline_cache(path, key) if path else {}
+    want_compile = not opts.no_compile
+    if "eager" in cached and (not want_compile or "compile" in cached):
+        log("baselines from the cache")
+        out = {"eager": cached["eager"], "compile": cached.get("compile") if want_compile
+               else None}
+        return out, True
+
+    set_precision(opts.precision)  # tf32: the baselines may use TF32 too (fair comparison)
+
+    def make_inputs() -> list[Any]:
+        return [clone_arg(x) for x in s.orig]
+
+    results = dict(cached)
+    if "eager" not in results:
+        log("timing eager")
+        results["eager"] = timing.measure(lambda *a: model(*a), make_inputs, device,
+                                          opts.budget_ms, opts.timing)
+    if want_compile and "compile" not in results:
+        log("compiling and timing torch.compile")
+        t0 = time.monotonic()
+        try:
+            compiled = torch.compile(model)
+            with torch.no_grad():
+                compiled(*make_inputs())
+            sync(device)
+            compile_s = time.monotonic() - t0
+            stats = timing.measure(compiled, make_inputs, device, opts.budget_ms, opts.timing)
+            stats["compile_s"] = compile_s
+        except Exception as exc:  # a task torch.compile cannot handle: reported, not fatal
+            stats = {"error": hu.cap(f"{type(exc).__name__}: {exc}", 2048)}
+        results["compile"] = stats
+    if path:
+        os.makedirs(opts.baseline_cache, exist_ok=True)
+        entry = {"key": key, "created_unix": time.time(), "eager": results.get("eager")}
+        if "compile" in results:
+            entry["compile"] = results["compile"]
+        hu.write_json_atomic(path, entry)
+    return {"eager": results.get("eager"),
+            "compile": results.get("compile") if want_compile else None}, False
+
+
+def speed_of_light(dev: dict[str, Any], s: InputSet, state_bytes: int,
+                   cand_median: float | None) -> dict[str, Any]:
+    moved = sum(nbytes(x) for x in s.orig) + sum(nbytes(x) for x in s.ref)
+    peak = None
+    if dev["type"] == "cuda":
+        for sub, bw in PEAK_BANDWIDTH:
+            if sub in dev.get("name", ""):
+                peak = bw
+                break
+    sol_ms = moved / peak * 1e3 if peak else None
+    flagged = bool(sol_ms is not None and cand_median is not None
+                   and cand_median < SOL_FLAG_FRACTION * sol_ms)
+    return {"bytes": moved, "param_bytes": state_bytes, "peak_bytes_per_s": peak,
+            "sol_ms": sol_ms, "flag_below_ms": SOL_FLAG_FRACTION * sol_ms if sol_ms else None,
+            "candidate_over_sol": (cand_median / sol_ms) if (sol_ms and cand_median) else None,
+            "flagged": flagged}
+
+
+def validate_stats(stats: Any) -> dict[str, Any] | None:
+    """The candidate's timing numbers (untrusted) reduced to known numeric fields."""
+    if not timing.finite_stats(stats):
+        return None
+    keep = ("median_ms", "mean_ms", "stdev_ms", "cv", "min_ms", "p10_ms", "p90_ms", "n",
+            "method", "warmup_n", "budget_ms", "stream_median_ms", "sync_overhead_ms",
+            "l2_flush_bytes", "kernels_per_call", "kernel_error", "note")
+    out: dict[str, Any] = {}
+    for k in keep:
+        v = stats.get(k)
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            out[k] = v
+        elif isinstance(v, str) and k in ("method", "kernel_error", "note"):
+            out[k] = v[:512]
+    if isinstance(stats.get("events"), dict):
+        sub = validate_stats(stats["events"])
+        if sub is not None:
+            out["events"] = sub
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The evaluation
+
+
+def new_result(opts: argparse.Namespace, atol: float, rtol: float) -> dict[str, Any]:
+    return {
+        "schema": hu.SCHEMA_VERSION,
+        "ok": False,
+        "stage": "setup",
+        "failure": None,
+        "verification": {"sets": [], "atol": atol, "rtol": rtol, "precision": opts.precision,
+                         "precision_observed": None, "n_random": opts.seeds,
+                         "n_adversarial": 0, "adversarial": None,
+                         "reference_mutates_inputs": [], "fp64_reference": None},
+        "timing": None,
+        "flags": [],
+        "device": None,
+        "candidate": None,
+        "elapsed_s": {},
+    }
+
+
+def tolerances(task: Any, opts: argparse.Namespace) -> tuple[float, float]:
+    atol = opts.atol if opts.atol is not None else float(getattr(task, "ATOL", DEFAULT_TOL))
+    rtol = opts.rtol if opts.rtol is not None else float(getattr(task, "RTOL", DEFAULT_TOL))
+    return atol, rtol
+
+
+def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
+    t_start = time.monotonic()
+    elapsed: dict[str, float] = {}
+    result = new_result(opts, opts.atol if opts.atol is not None else DEFAULT_TOL,
+                        opts.rtol if opts.rtol is not None else DEFAULT_TOL)
+    device = torch.device(opts.device)
+    job_dir: str | None = None
+    cand: CandidateProcess | None = None
+    try:
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise EvalError("harness", "--device cuda, but torch.cuda.is_available() is False")
+        device = timing.resolve_device(device)  # "cuda" -> "cuda:<current>"
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dev = device_info(device)
+        result["device"] = dev
+
+        # -- setup: task, reference model, input sets
+        task_sha = sha256_file(opts.task)
+        task = load_task(opts.task, task_sha)
+        atol, rtol = tolerances(task, opts)
+        result["verification"].update(atol=atol, rtol=rtol)
+        set_precision("strict")  # the reference is always computed at full fp32
+        torch.manual_seed(secret_seed())
+        init_inputs = as_list(task_call("get_init_inputs()", task.get_init_inputs),
+                              "get_init_inputs()")
+        model = task_call("Model(*get_init_inputs())", lambda: task.Model(*init_inputs))
+        model = task_call("moving Model to the device", lambda: model.to(device).eval())
+        state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
+        state_bytes = sum(nbytes(v) for v in state.values())
+        sets, adv_info = draw_sets(task, opts.seeds, opts.adversarial_sets, device, log)
+        result["verification"]["adversarial"] = adv_info
+        result["verification"]["n_adversarial"] = sum(1 for s in sets if s.kind == "adversarial")
+        compute_reference(model, sets[0], device)  # sizes for poisoning and file limits
+        elapsed["setup"] = time.monotonic() - t_start
+
+        # -- the candidate's directory and process
+        job_dir = tempfile.mkdtemp(prefix="cuda-agent-cand-", dir=opts.tmp_dir)
+        os.chmod(job_dir, 0o700)
+        torch.save([cpu_copy(x) for x in init_inputs], os.path.join(job_dir, "init_inputs.pt"))
+        torch.save(state, os.path.join(job_dir, "state_dict.pt"))
+        for s in sets:
+            torch.save(s.cpu, os.path.join(job_dir, f"inputs_{s.index}.pt"))
+        out_bytes = [nbytes(x) for x in sets[0].ref]
+        ext_path = os.path.abspath(opts.so or opts.ext_module)
+        job = {
+            "device": str(device),
+            "extension": {"kind": "so" if opts.so else "py", "path": ext_path},
+            "model_new": os.path.abspath(os.path.join(opts.candidate_dir, "model_new.py")),
+            "n_sets": len(sets),
+            "precision": opts.precision,
+            "poison_bytes": out_bytes,
+            "timing": {"mode": opts.timing, "budget_ms": opts.budget_ms, "set": 0},
+        }
+        hu.write_json_atomic(os.path.join(job_dir, "job.json"), job)
+        log(f"starting the candidate ({len(sets)} input sets)")
+        t_cand = time.monotonic()
+        cand = CandidateProcess(opts.python, job_dir, candidate_env(job_dir), opts.timeout)
+        result["candidate"] = {"exit_code": None, "last_stage": None}
+
+        # -- references for the other sets (while the candidate imports torch)
+        t_ref = time.monotonic()
+        for s in sets[1:]:
+            compute_reference(model, s, device)
+        model64 = None
+        why64 = None
+        try:
+            model64 = copy.deepcopy(model).double()
+        except Exception as exc:
+            why64 = f"{type(exc).__name__}: {exc}"
+        for s in sets:
+            why = compute_reference64(model64, s) if model64 is not None else why64
+            why64 = why64 or why
+        del model64
+        result["verification"]["fp64_reference"] = True if why64 is None else \
+            f"unavailable: {hu.cap(why64, 512)}"
+        mutated = sorted({k for s in sets for k in s.ref_mutated})
+        result["verification"]["reference_mutates_inputs"] = mutated
+        elapsed["reference"] = time.monotonic() - t_ref
+        # The most an outputs file can legitimately hold (outputs + inputs), with room for
+        # pickling overhead.
+        max_file = 2 * max(sum(nbytes(x) for x in s.ref) + sum(nbytes(x) for x in s.orig)
+                           for s in sets) + (16 << 20)
+
+        # -- verification: compare each set as it arrives
+        result["stage"] = "verify"
+        stage_name = "verify"
+        received = 0
+        candidate_failure: dict[str, Any] | None = None
+        verified = False
+        while True:
+            try:
+                msg = cand.next_message()
+            except TimeoutError:
+                raise EvalError("timeout", f"the candidate ran past the {opts.timeout:g} s limit "
+                                           f"(in its stage "
+                                           f"{result['candidate']['last_stage']!r}) and was "
+                                           "killed", stage=stage_name)
+            if msg is None:
+                break
+            mtype = msg.get("type")
+            if mtype == "stage":
+                result["candidate"]["last_stage"] = str(msg.get("stage"))[:64]
+            elif mtype == "set":
+                if msg.get("index") != received or received >= len(sets):
+                    raise EvalError("protocol", "the candidate reported input sets out of order")
+                s = sets[received]
+                payload = load_candidate_file(job_dir, msg.get("file"), f"outputs_{s.index}.pt",
+                                              max_file)
+                t_cmp = time.monotonic()
+                rec = check_set(s, msg.get("outputs"), payload, device, atol, rtol,
+                                opts.precision)
+                fwd = msg.get("forward_ms")
+                rec["forward_ms"] = fwd if isinstance(fwd, (int, float)) else None
+                result["verification"]["sets"].append(rec)
+                elapsed["compare"] = elapsed.get("compare", 0.0) + time.monotonic() - t_cmp
+                log(f"input set {s.index} ({s.kind}) ok")
+                received += 1
+            elif mtype == "verified":
+                if received != len(sets):
+                    raise EvalError("protocol", f"the candidate claimed verification after "
+                                                f"{received} of {len(sets)} input sets")
+                verified = True
+                break
+            elif mtype == "failure":
+                candidate_failure = msg
+                break
+            elif mtype == "_protocol":
+                raise EvalError("protocol", str(msg.get("message")))
+        elapsed["candidate_verify"] = time.monotonic() - t_cand
+
+        precs = [p for r in result["verification"]["sets"] for p in r.get("precision", [])]
+        if precs:
+            result["verification"]["precision_observed"] = \
+                "fp32" if all(p["ok"] for p in precs) else "reduced"
+
+        cand_stats = None
+        if verified:
+            if opts.no_timing:
+                cand.send("stop")
+            else:
+                result["stage"] = stage_name = "timing"
+                cand.send("time")
+                t_time = time.monotonic()
+                log("timing the candidate")
+                while True:
+                    try:
+                        msg = cand.next_message()
+                    except TimeoutError:
+                        raise EvalError("timeout", f"the candidate ran past the "
+                                                   f"{opts.timeout:g} s limit while being timed "
+                                                   "and was killed", stage="timing")
+                    if msg is None:
+                        break
+                    mtype = msg.get("type")
+                    if mtype == "stage":
+                        result["candidate"]["last_stage"] = str(msg.get("stage"))[:64]
+                    elif mtype == "timing":
+                        cand_stats = validate_stats(msg.get("stats"))
+                    elif mtype == "done":
+                        break
+                    elif mtype == "failure":
+                        candidate_failure = msg
+                        break
+                    elif mtype == "_protocol":
+                        raise EvalError("protocol", str(msg.get("message")))
+                elapsed["candidate_timing"] = time.monotonic() - t_time
+
+        # -- how the candidate process ended
+        rc = cand.wait(min(10.0, max(1.0, cand.deadline - time.monotonic())))
+        result["candidate"]["exit_code"] = rc
+        if candidate_failure is not None:
+            kind, message, details = sanitize_failure(candidate_failure)
+            details["output_tail"] = cand.output_tail()
+            raise EvalError(kind, message, details, stage=stage_name)
+        if rc is None:
+            raise EvalError("timeout", "the candidate stopped reporting but did not exit; "
+                                       "killed", stage=stage_name)
+        if rc != 0:
+            raise EvalError("crash", f"the candidate process {exit_description(rc)} (in its "
+                                     f"stage {result['candidate']['last_stage']!r})",
+                            {"exit_code": rc, "output_tail": cand.output_tail()},
+                            stage=stage_name)
+        if not verified:
+            raise EvalError("protocol", "the candidate exited without finishing verification",
+                            {"output_tail": cand.output_tail()}, stage=stage_name)
+        cand.kill()  # anything it left behind in its process group
+
+        if opts.no_timing:
+            result.update(ok=True, stage="done")
+            return result
+        if cand_stats is None:
+            raise EvalError("timing", "the candidate reported no usable timing", stage="timing")
+
+        # -- baselines (this process), speed of light
+        t_base = time.monotonic()
+        key = baseline_key(task_sha, dev, opts.precision, opts.timing)
+        base, cached = measure_baselines(opts, model, sets[0], device, key, log)
+        elapsed["baselines"] = time.monotonic() - t_base
+        cand_med = cand_stats.get("median_ms")
+        sol = speed_of_light(dev, sets[0], state_bytes, cand_med)
+
+        def speedup(b: Any) -> float | None:
+            if timing.finite_stats(b) and cand_med and cand_med > 0:
+                return b["median_ms"] / cand_med
+            return None
+
+        result["timing"] = {
+            "mode": opts.timing,
+            "precision": opts.precision,
+            "eager": base["eager"],
+            "compile": base["compile"],
+            "candidate": cand_stats,
+            "baseline_cached": cached,
+            "speedup_vs_eager": speedup(base["eager"]),
+            "speedup_vs_compile": speedup(base["compile"]),
+            "sol": sol,
+        }
+        if sol["flagged"]:
+            result["flags"].append({
+                "kind": "speed_of_light",
+                "message": f"the candidate's median {cand_med:.4g} ms is below half the "
+                           f"{sol['sol_ms']:.4g} ms that moving its inputs and outputs once "
+                           "takes at peak memory bandwidth: faster than memory bandwidth "
+                           "allows; not to be rewarded without review"})
+        result.update(ok=True, stage="done")
+        return result
+    except EvalError as e:
+        if cand is not None:
+            cand.kill()
+            if result.get("candidate") is not None:
+                result["candidate"]["exit_code"] = cand.proc.returncode
+        if e.stage:
+            result["stage"] = e.stage
+        details = dict(e.details)
+        if e.kind in ("timeout", "protocol") and cand is not None:
+            details.setdefault("output_tail", cand.output_tail())
+        record = details.pop("record", None)
+        if isinstance(record, dict) and isinstance(result.get("verification"), dict):
+            result["verification"]["sets"].append(record)
+        result["failure"] = {"kind": e.kind, "message": e.message, "details": details}
+        return result
+    finally:
+        if cand is not None:
+            cand.kill()
+        if job_dir is not None and not opts.keep_temp:
+            shutil.rmtree(job_dir, ignore_errors=True)
+        elif job_dir is not None:
+            log(f"kept the candidate directory {job_dir}")
+        elapsed["total"] = time.monotonic() - t_start
+        result["elapsed_s"] = elapsed
+
+
+def usage_error(opts_out: str | None, message: str) -> int:
+    print(f"evaluate.py: {message}", file=sys.stderr)
+    if opts_out:
+        result = {"schema": hu.SCHEMA_VERSION, "ok": False, "stage": "setup",
+                  "failure": {"kind": "usage", "message": message, "details": {}},
+                  "verification": None, "timing": None, "flags": [], "device": None,
+                  "candidate": None, "elapsed_s": {}}
+        try:
+            hu.write_json_atomic(opts_out, result)
+        except OSError:
+            pass
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    opts = parser.parse_args(argv)
+    if opts.ext_module and os.environ.get(TESTING_ENV) != "1":
+        return usage_error(opts.out, f"--ext-module is for tests only and needs {TESTING_ENV}=1;"
+                                     " give the built extension with --so")
+    if not os.path.isfile(opts.task):
+        return usage_error(opts.out, f"no task file {opts.task}")
+    if not os.path.isfile(os.path.join(opts.candidate_dir, "model_new.py")):
+        return usage_error(opts.out, f"no model_new.py in {opts.candidate_dir}")
+    ext = opts.so or opts.ext_module
+    if not os.path.isfile(ext):
+        return usage_error(opts.out, f"no extension file {ext}")
+    if opts.seeds < 1 or opts.adversarial_sets < 0:
+        return usage_error(opts.out, "--seeds must be >= 1 and --adversarial-sets >= 0")
+    if opts.budget_ms <= 0 or opts.timeout <= 0:
+        return usage_error(opts.out, "--budget-ms and --timeout must be positive")
+    if opts.atol is not None and opts.atol < 0 or opts.rtol is not None and opts.rtol < 0:
+        return usage_error(opts.out, "tolerances must be >= 0")
+
+    log = Log(opts.quiet)
+    try:
+        result = evaluate(opts, log)
+    except Exception as exc:  # a bug here: still leave a result behind
+        result = {"schema": hu.SCHEMA_VERSION, "ok": False, "stage": "setup",
+                  "failure": {"kind": "harness", "message": f"{type(exc).__name__}: {exc}",
+                              "details": {"traceback": hu.cap(traceback.format_exc())}},
+                  "verification": None, "timing": None, "flags": [], "device": None,
+                  "candidate": None, "elapsed_s": {}}
+    hu.write_json_atomic(opts.out, result)
+    failure = result.get("failure")
+    if result.get("ok"):
+        log(f"passed; result in {opts.out}")
+        return 0
+    kind = failure["kind"] if failure else "?"
+    log(f"failed ({kind}): {failure['message'] if failure else ''}")
+    return 3 if kind in ("task_error", "harness") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

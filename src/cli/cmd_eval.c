@@ -1,0 +1,136 @@
+/*
+ * cmd_eval.c - `cuda-agent eval`: compile, verify, profile and reward a
+ * workspace, with a human report or --json.
+ */
+#include "cli/cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "core/limits.h"
+#include "eval/compile.h"
+#include "eval/eval.h"
+#include "core/banned.h"
+
+static int eval_doctor(void)
+{
+    struct compile_opts co;
+    compile_opts_init(&co);
+    json_t *d = NULL;
+    struct ca_err err = {0};
+    if (compile_toolchain_describe(&co, &d, &err))
+        return cli_fail(&err);
+    cli_print_json(d);
+    json_decref(d);
+    return CLI_OK;
+}
+
+int cmd_eval(int argc, char **argv)
+{
+    struct eval_opts o = {0};
+    bool as_json = false, doctor = false;
+    int64_t seeds = 0, timeout_s = 0, budget_ms = 0;
+    const char *atol = NULL, *rtol = NULL;
+    const struct cli_opt opts[] = {
+        {"task", 't', CLI_OPT_STRING, &o.task_ref, "TASK",
+         "evaluate against this task instead of the workspace's model.py"},
+        {"device", 0, CLI_OPT_STRING, &o.device, "cuda|cpu", "where to run (default cuda)"},
+        {"arch", 0, CLI_OPT_STRING, &o.arch, "SM",
+         "target architecture, e.g. sm_90 (default: the GPU's)"},
+        {"timing", 0, CLI_OPT_STRING, &o.timing, "events|kernel",
+         "CUDA-event wall time (default) or summed kernel time"},
+        {"precision", 0, CLI_OPT_STRING, &o.precision, "strict|tf32",
+         "strict fp32 accuracy (default) or allow TF32 (baselines then use TF32 too)"},
+        {"seeds", 0, CLI_OPT_INT, &seeds, "N", "input sets to verify (default 5)", 1, 100},
+        {"atol", 0, CLI_OPT_STRING, &atol, "X", "absolute tolerance (default 1e-2)"},
+        {"rtol", 0, CLI_OPT_STRING, &rtol, "X", "relative tolerance (default 1e-2)"},
+        {"timeout", 0, CLI_OPT_INT, &timeout_s, "SEC", "candidate wall clock (default 120)", 1,
+         3600},
+        {"budget-ms", 0, CLI_OPT_INT, &budget_ms, "MS", "timing budget per measured function", 10,
+         600000},
+        {"cache-dir", 0, CLI_OPT_STRING, &o.cache_dir, "DIR",
+         "evaluator cache (default $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent)"},
+        {"compile-only", 0, CLI_OPT_FLAG, &o.compile_only, NULL, "stop after compiling"},
+        {"verify-only", 0, CLI_OPT_FLAG, &o.verify_only, NULL, "stop after verification"},
+        {"no-sandbox", 0, CLI_OPT_FLAG, &o.no_sandbox, NULL,
+         "run compilers without the sandbox (hosts without user namespaces; unsafe)"},
+        {"doctor", 0, CLI_OPT_FLAG, &doctor, NULL,
+         "describe the toolchain (nvcc, compiler, PyTorch, GPU architecture) and exit"},
+        {"json", 0, CLI_OPT_FLAG, &as_json, NULL, "print the full report as JSON"},
+        {0},
+    };
+    const struct cli_spec spec = {
+        .usage = "cuda-agent eval [options] WORKSPACE",
+        .summary = "Compile, verify and profile a workspace's kernels and compute the reward.",
+        .description =
+            "Stages: snapshot of the writable files; static policy; compile (cached); verify\n"
+            "on fresh random inputs in a throw-away candidate process; time eager,\n"
+            "torch.compile and the candidate the same way; reward -1/1/2/3.\n\n"
+            "Exit status: 0 the candidate is correct (reward >= 1); 1 it is not (reward -1,\n"
+            "the report says why); 2 usage; 69 a needed component (nvcc, PyTorch) is missing.",
+        .opts = opts,
+        .min_args = 0,
+        .max_args = 1,
+    };
+    char **args;
+    int nargs;
+    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
+    if (rc)
+        return rc < 0 ? CLI_OK : rc;
+    if (doctor) {
+        free(args);
+        return eval_doctor();
+    }
+    if (nargs != 1) {
+        free(args);
+        return cli_usage_error("eval", "expected a WORKSPACE directory");
+    }
+    o.workspace = args[0];
+    o.seeds = (int)seeds;
+    o.timeout_ms = timeout_s * 1000;
+    o.budget_ms = budget_ms;
+    const char *bad = NULL;
+    if (o.device && strcmp(o.device, "cuda") && strcmp(o.device, "cpu"))
+        bad = "--device must be cuda or cpu";
+    else if (o.timing && strcmp(o.timing, "events") && strcmp(o.timing, "kernel"))
+        bad = "--timing must be events or kernel";
+    else if (o.precision && strcmp(o.precision, "strict") && strcmp(o.precision, "tf32"))
+        bad = "--precision must be strict or tf32";
+    if (!bad && atol) {
+        char *end;
+        o.atol = strtod(atol, &end);
+        if (*end || !(o.atol > 0) || !isfinite(o.atol))
+            bad = "--atol must be a positive number";
+    }
+    if (!bad && rtol) {
+        char *end;
+        o.rtol = strtod(rtol, &end);
+        if (*end || !(o.rtol > 0) || !isfinite(o.rtol))
+            bad = "--rtol must be a positive number";
+    }
+    if (bad) {
+        free(args);
+        return cli_usage_error("eval", "%s", bad);
+    }
+    struct ca_err err = {0};
+    json_t *report = NULL;
+    rc = eval_run(&o, &report, &err);
+    free(args);
+    if (rc)
+        return cli_fail(&err);
+    if (as_json) {
+        cli_print_json(report);
+    } else {
+        struct buf b;
+        buf_init(&b, CA_LIMIT_TOOL_OUTPUT * 2);
+        if (eval_format(report, &b) == 0)
+            fputs(b.data, stdout);
+        buf_release(&b);
+    }
+    rc = json_is_true(json_object_get(report, "ok")) ? CLI_OK : CLI_FAILED;
+    json_decref(report);
+    return rc;
+}

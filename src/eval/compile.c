@@ -1,0 +1,1492 @@
+/*
+ * compile.c - one build: snapshot in, extension module and report out.
+ *
+ * Flow: discover the toolchain (cached per process); copy the snapshot's
+ * units and the embedded template files into a fresh build directory under
+ * the cache's tmp/; key every unit; hand the misses to a pool of worker
+ * threads (one compiler per worker, directly or in a sandbox whose workspace
+ * is the build directory); meanwhile, on this thread, make sure the
+ * precompiled header exists when a binding must be compiled; then the
+ * bindings; then the link (itself cached by the objects' keys).
+ *
+ * Invariants:
+ * - Compilers see only the build directory: units and template files there
+ *   are read-only inside the sandbox, outputs go to obj/, and an object
+ *   leaves obj/ for the cache (rename) as soon as its compiler is done, so
+ *   no later compiler of the build can touch a cache inode. The linker sees
+ *   the objects through hard links in link/, read-only.
+ * - The precompiled header is an accelerator only: keys do not depend on it
+ *   (it holds exactly the headers binding_registry.h includes first), and a
+ *   binding that fails for a PCH-specific reason is retried without it.
+ * - Every path a compiler prints is mapped back to workspace-relative names
+ *   before anyone reads it: units are compiled as "kernels/NAME" with the
+ *   build directory as the working directory.
+ * - The pool's state (queue, counters) is guarded by one mutex; a job's own
+ *   fields belong to the worker running it until it is counted done.
+ */
+#include "eval/compile.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/embed.h"
+#include "core/fs.h"
+#include "core/json.h"
+#include "core/limits.h"
+#include "core/log.h"
+#include "core/proc.h"
+#include "eval/compile_internal.h"
+#include "sandbox/sandbox.h"
+#include "core/banned.h"
+
+#define TEMPLATE_BINDING "template/binding.cpp"
+#define TEMPLATE_REGISTRY "template/binding_registry.h"
+#define REGISTRY_UNIT "binding.cpp"
+#define REGISTRY_HEADER "binding_registry.h"
+/* All source bytes of one snapshot together. */
+#define SNAPSHOT_BYTES_MAX (64 * CA_MIB)
+/* Compiler output kept per run (stdout and stderr together). */
+#define RUN_OUTPUT_MAX CA_LIMIT_COMPILE_LOG
+#define ENV_BIN "/usr/bin/env"
+/* Per compiler process (RLIMIT_AS) and per sandbox (cgroup memory). */
+#define SANDBOX_COMPILE_AS ((uint64_t)16 << 30)
+#define SANDBOX_COMPILE_MEMORY ((uint64_t)8 << 30)
+
+/* The precompiled header: what binding_registry.h includes before anything else. */
+static const char pch_header[] =
+    "/* cuda-agent: precompiled torch and pybind11 headers for bindings. */\n"
+    "#include <torch/extension.h>\n"
+    "#include <ATen/cuda/CUDAContext.h>\n"
+    "#include <c10/cuda/CUDAGuard.h>\n"
+    "#include <cuda_runtime_api.h>\n"
+    "#include <pybind11/pybind11.h>\n"
+    "#include <vector>\n";
+
+/* Paths of the build directory bound read-only for compilers. */
+static const char *const ro_compile[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER, "pch", NULL};
+static const char *const ro_link[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER,
+                                      "pch",     "link",        NULL};
+
+void compile_opts_init(struct compile_opts *o)
+{
+    *o = (struct compile_opts){.use_sandbox = true, .use_pch = true};
+}
+
+const char *compile_role_name(enum compile_role role)
+{
+    switch (role) {
+    case COMPILE_ROLE_CU:
+        return "cu";
+    case COMPILE_ROLE_BINDING:
+        return "binding";
+    case COMPILE_ROLE_REGISTRY:
+        return "registry";
+    }
+    return "unknown";
+}
+
+void compile_report_init(struct compile_report *r)
+{
+    *r = (struct compile_report){0};
+    buf_init(&r->errors, CA_LIMIT_COMPILE_LOG);
+    buf_init(&r->full_log, CA_LIMIT_COMPILE_LOG);
+}
+
+static void units_release(struct compile_report *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        free(r->units[i].name);
+        buf_release(&r->units[i].log);
+    }
+    FREE_AND_NULL(r->units);
+    r->n = 0;
+}
+
+void compile_report_release(struct compile_report *r)
+{
+    units_release(r);
+    FREE_AND_NULL(r->so_path);
+    buf_release(&r->errors);
+    buf_release(&r->full_log);
+}
+
+/* ---- running one compiler ---- */
+
+struct run {
+    int rc; /* < 0: the compiler could not be started (err says why) */
+    struct ca_err err;
+    bool ok, timed_out;
+    char how[96]; /* "exit 1", "killed by signal 9 (Killed)", "timed out after 5000 ms" */
+    struct buf out;
+    int64_t elapsed_us;
+};
+
+/* Shared by every run of one build; read-only once the build starts running jobs. */
+struct ctx {
+    const char *build_dir; /* absolute */
+    int64_t timeout_ms;
+    bool sandbox;
+    struct compile__argv env; /* NAME=VALUE */
+    /* Host directories compilers need (sandbox binds), per kind of run. */
+    struct compile__argv binds_cu, binds_cxx, binds_link;
+};
+
+static void run_init(struct run *r)
+{
+    *r = (struct run){0};
+    buf_init(&r->out, 2 * RUN_OUTPUT_MAX + 64);
+}
+
+static void run_release(struct run *r)
+{
+    buf_release(&r->out);
+}
+
+static void run_direct(const struct ctx *c, const char *dir, char *const *argv, struct run *r)
+{
+    struct proc_opts o = {.argv = (const char *const *)argv,
+                          .env = (const char *const *)c->env.v,
+                          .cwd = dir,
+                          .out_max = RUN_OUTPUT_MAX,
+                          .merge_stderr = true,
+                          .timeout_ms = c->timeout_ms};
+    struct proc_result pr;
+    proc_result_init(&pr);
+    r->rc = proc_run(&o, &pr, &r->err);
+    if (!r->rc) {
+        r->ok = proc_ok(&pr);
+        r->timed_out = pr.timed_out;
+        struct buf how;
+        buf_init(&how, sizeof(r->how) - 1);
+        if (proc_describe(&pr, c->timeout_ms, &how) == 0)
+            snprintf(r->how, sizeof(r->how), "%s", how.data);
+        buf_release(&how);
+        if (buf_add(&r->out, pr.out.data, pr.out.len) ||
+            (pr.out_truncated && buf_addstr(&r->out, "\n[output truncated]\n")))
+            BUG("run output over its bound");
+    }
+    r->elapsed_us = pr.elapsed_us;
+    proc_result_release(&pr);
+}
+
+/* strsignal is not thread-safe; these are the signals a compiler dies of. */
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGKILL:
+        return "SIGKILL";
+    case SIGSEGV:
+        return "SIGSEGV";
+    case SIGABRT:
+        return "SIGABRT";
+    case SIGBUS:
+        return "SIGBUS";
+    case SIGTERM:
+        return "SIGTERM";
+    case SIGXCPU:
+        return "SIGXCPU (CPU time limit)";
+    case SIGXFSZ:
+        return "SIGXFSZ (file size limit)";
+    }
+    return "a signal";
+}
+
+static void run_sandboxed(const struct ctx *c, const char *dir, char *const *argv,
+                          const char *const *ro, const struct compile__argv *binds, struct run *r)
+{
+    /* The sandbox starts programs with its own minimal environment: set ours through env -i. */
+    struct compile__argv full;
+    compile__argv_init(&full);
+    compile__argv_push(&full, ENV_BIN);
+    compile__argv_push(&full, "-i");
+    compile__argv_pushv(&full, &c->env);
+    for (size_t i = 0; argv[i]; i++)
+        compile__argv_push(&full, argv[i]);
+    struct sandbox_opts so = {
+        .workspace = dir,
+        .ro_paths = ro,
+        .extra_ro_binds = (const char *const *)binds->v,
+        .hostname = "compile",
+        /* Compilers are hungry: cicc on a large kernel, cc1plus on the torch headers. */
+        .limits = {.cpu_seconds = (uint64_t)(c->timeout_ms / 1000) + 30,
+                   .address_space = SANDBOX_COMPILE_AS,
+                   .memory_bytes = SANDBOX_COMPILE_MEMORY},
+    };
+    struct sandbox_run_result sr;
+    sandbox_run_result_init(&sr);
+    int64_t t0 = ca_now_us();
+    r->rc =
+        sandbox_run(&so, (const char *const *)full.v, c->timeout_ms, RUN_OUTPUT_MAX, &sr, &r->err);
+    r->elapsed_us = ca_now_us() - t0;
+    if (!r->rc) {
+        r->timed_out = sr.timed_out;
+        r->ok = !sr.timed_out && WIFEXITED(sr.status) && WEXITSTATUS(sr.status) == 0;
+        if (sr.timed_out)
+            snprintf(r->how, sizeof(r->how), "timed out after %lld ms", (long long)c->timeout_ms);
+        else if (WIFSIGNALED(sr.status))
+            snprintf(r->how, sizeof(r->how), "killed by %s", signal_name(WTERMSIG(sr.status)));
+        else
+            snprintf(r->how, sizeof(r->how), "exit %d", WEXITSTATUS(sr.status));
+        if (buf_add(&r->out, sr.out.data, sr.out.len) ||
+            buf_add(&r->out, sr.err.data, sr.err.len) ||
+            ((sr.out_truncated || sr.err_truncated) &&
+             buf_addstr(&r->out, "\n[output truncated]\n")))
+            BUG("run output over its bound");
+    }
+    sandbox_run_result_release(&sr);
+    compile__argv_release(&full);
+}
+
+static void run_tool(const struct ctx *c, const char *dir, const struct compile__argv *argv,
+                     const char *const *ro, const struct compile__argv *binds, struct run *r)
+{
+    buf_reset(&r->out);
+    r->rc = 0;
+    r->ok = r->timed_out = false;
+    r->how[0] = '\0';
+    err_clear(&r->err);
+    if (log__level >= LOG_LEVEL_DEBUG) {
+        struct buf cmd;
+        buf_init(&cmd, 8192);
+        for (size_t i = 0; i < argv->n; i++)
+            if (buf_addf(&cmd, "%s%s", i ? " " : "", argv->v[i]))
+                break;
+        LOG_DEBUG("compile: %s%s (in %s)", c->sandbox ? "[sandbox] " : "", cmd.data, dir);
+        buf_release(&cmd);
+    }
+    if (c->sandbox)
+        run_sandboxed(c, dir, argv->v, ro, binds, r);
+    else
+        run_direct(c, dir, argv->v, r);
+}
+
+/* ---- units and jobs ---- */
+
+struct unit {
+    char *name; /* workspace-relative */
+    enum compile_role role;
+    struct buf src;
+    char digest[HASH128_HEX_LEN + 1]; /* of src, for the keys of units including it */
+    struct buf deps;                  /* "name digest\n" of the units it includes */
+    char key[HASH128_HEX_LEN + 1];
+    char *cache_path;
+    bool hit;
+};
+
+struct job {
+    struct unit *u;
+    struct compile_unit_report *rep;
+    struct compile__argv argv;       /* with the precompiled header, when used */
+    struct compile__argv argv_plain; /* without it (retry); empty when not used */
+    char obj[40];                    /* obj/<n>.o in the build directory */
+    const struct compile__argv *binds;
+    /* Written by the worker. */
+    struct run run;
+    bool used_pch, retried;
+    int store_rc;
+    struct ca_err store_err;
+};
+
+struct pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    struct job **queue;
+    size_t qhead, qlen, qalloc;
+    size_t pending; /* submitted, not finished */
+    bool stop;
+    pthread_t *threads;
+    size_t nthreads, max_threads;
+    const struct ctx *ctx;
+};
+
+/*
+ * A PCH-specific failure: gcc names the .gch ("pch.h.gch: created by a
+ * different GCC executable"), PCH ("had to relocate PCH", "one or more PCH
+ * files were found, but they were invalid") or the missing header itself.
+ */
+static bool pch_failure(const struct buf *out)
+{
+    return strstr(out->data, ".gch") || strstr(out->data, "PCH") ||
+           strstr(out->data, "precompiled header") || strstr(out->data, "pch/pch.h: No such file");
+}
+
+static void job_run(const struct ctx *c, struct job *j)
+{
+    run_tool(c, c->build_dir, &j->argv, ro_compile, j->binds, &j->run);
+    j->used_pch = j->argv_plain.n > 0;
+    if (!j->run.ok && j->used_pch && !j->run.timed_out && pch_failure(&j->run.out)) {
+        LOG_INFO("compile: %s failed with the precompiled header; retrying without it", j->u->name);
+        j->retried = true;
+        j->used_pch = false;
+        int64_t first = j->run.elapsed_us;
+        run_tool(c, c->build_dir, &j->argv_plain, ro_compile, j->binds, &j->run);
+        j->run.elapsed_us += first;
+    }
+    if (!j->run.ok)
+        return;
+    /* -Winvalid-pch: "pch/pch.h.gch: not used because ..."; the header was parsed instead. */
+    if (j->used_pch && strstr(j->run.out.data, "pch.h.gch")) {
+        LOG_WARN("compile: %s: the precompiled header was not usable", j->u->name);
+        j->used_pch = false;
+    }
+    /* Out of the build directory at once: no later compiler can touch the cached inode. */
+    struct buf obj;
+    buf_init(&obj, CA_LIMIT_PATH);
+    if (fs_join(&obj, c->build_dir, j->obj))
+        j->store_rc = err_setf(&j->store_err, CA_ETOOBIG, "object path too long");
+    else
+        j->store_rc = compile__cache_store(obj.data, j->u->cache_path, &j->store_err);
+    buf_release(&obj);
+}
+
+static void *worker(void *arg)
+{
+    struct pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->qhead == p->qlen && !p->stop)
+            pthread_cond_wait(&p->work, &p->mu);
+        /* Stopped: a build that failed early drops what is still queued. */
+        if (p->stop || p->qhead == p->qlen)
+            break;
+        struct job *j = p->queue[p->qhead++];
+        pthread_mutex_unlock(&p->mu);
+        job_run(p->ctx, j);
+        pthread_mutex_lock(&p->mu);
+        p->pending--;
+        pthread_cond_broadcast(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void pool_init(struct pool *p, const struct ctx *c, size_t max_threads)
+{
+    *p = (struct pool){.ctx = c, .max_threads = max_threads ? max_threads : 1};
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->threads = xcalloc(p->max_threads, sizeof(*p->threads));
+}
+
+static void pool_submit(struct pool *p, struct job *j)
+{
+    pthread_mutex_lock(&p->mu);
+    ALLOC_GROW(p->queue, p->qlen + 1, p->qalloc);
+    p->queue[p->qlen++] = j;
+    p->pending++;
+    /* A thread per queued job, up to the limit; idle threads wait for the next. */
+    if (p->nthreads < p->max_threads && p->nthreads < p->pending) {
+        if (pthread_create(&p->threads[p->nthreads], NULL, worker, p) == 0)
+            p->nthreads++;
+        else if (p->nthreads == 0)
+            BUG("cannot start a compile worker thread");
+    }
+    pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_wait(struct pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_release(struct pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (size_t i = 0; i < p->nthreads; i++)
+        pthread_join(p->threads[i], NULL);
+    free(p->threads);
+    free(p->queue);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done);
+}
+
+/* ---- the build ---- */
+
+struct build {
+    const struct compile_opts *opts;
+    const struct compile__toolchain *tc;
+    struct compile_report *rep;
+    char *cache_dir;
+    struct buf build_dir;
+    char *dir_slash; /* build_dir + "/": stripped from compiler output */
+    struct ctx ctx;
+    struct unit *units;
+    size_t n, units_alloc;
+    struct job *jobs;
+    size_t njobs;
+    struct pool pool;
+    bool pool_started;
+    struct compile__argv cu_flags, cxx_flags;
+    char *cu_identity; /* nvcc and the host compiler it uses */
+    char pch_key[HASH128_HEX_LEN + 1];
+    bool pch_ready;
+    bool stored; /* something new went into the cache */
+};
+
+static int cpu_count(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static struct unit *add_unit(struct build *b, char *name, enum compile_role role)
+{
+    ALLOC_GROW(b->units, b->n + 1, b->units_alloc);
+    struct unit *u = &b->units[b->n++];
+    *u = (struct unit){.name = name, .role = role};
+    buf_init(&u->src, CA_LIMIT_WRITE_BYTES);
+    buf_init(&u->deps, BUF_MAX_INTERNAL);
+    return u;
+}
+
+/* kernels/NAME.cu and kernels/NAME_binding.cpp of the snapshot, in name order, then binding.cpp. */
+static int load_snapshot(struct build *b, const char *snapshot_dir, struct ca_err *err)
+{
+    struct fs_root root;
+    int rc = fs_root_open(&root, snapshot_dir, err);
+    if (rc)
+        return rc;
+    char **names = NULL;
+    size_t nnames = 0, alloc = 0;
+    int dfd = fs_root_open_at(&root, "kernels", O_RDONLY | O_DIRECTORY, 0, err);
+    if (dfd == -ENOENT) {
+        err_clear(err);
+    } else if (dfd < 0) {
+        rc = dfd;
+        goto out;
+    } else {
+        DIR *d = fdopendir(dfd);
+        if (!d) {
+            close(dfd);
+            rc =
+                err_setf(err, -errno, "snapshot '%s': kernels/: %s", snapshot_dir, strerror(errno));
+            goto out;
+        }
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            struct stat st;
+            const char *nm = de->d_name;
+            if (nm[0] == '.' || !(ends_with(nm, ".cu") || ends_with(nm, "_binding.cpp")) ||
+                fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+                continue;
+            if (nnames == CA_LIMIT_WORKSPACE_FILES) {
+                closedir(d);
+                rc = err_setf(err, CA_ETOOBIG,
+                              "snapshot '%s' has more than %d source files in kernels/",
+                              snapshot_dir, CA_LIMIT_WORKSPACE_FILES);
+                goto out;
+            }
+            ALLOC_GROW(names, nnames + 1, alloc);
+            names[nnames++] = xstrdup(nm);
+        }
+        closedir(d);
+    }
+    if (nnames)
+        qsort(names, nnames, sizeof(*names), cmp_str);
+
+    size_t total = 0;
+    for (size_t i = 0; i < nnames && !rc; i++) {
+        struct unit *u =
+            add_unit(b, xstrfmt("kernels/%s", names[i]),
+                     ends_with(names[i], ".cu") ? COMPILE_ROLE_CU : COMPILE_ROLE_BINDING);
+        rc = fs_root_read(&root, u->name, CA_LIMIT_WRITE_BYTES, &u->src, err);
+        if (rc) {
+            err_prefix(err, "snapshot");
+            break;
+        }
+        total += u->src.len;
+        if (total > SNAPSHOT_BYTES_MAX)
+            rc = err_setf(err, CA_ETOOBIG, "snapshot '%s': sources over %zu MiB together",
+                          snapshot_dir, SNAPSHOT_BYTES_MAX / CA_MIB);
+    }
+    if (!rc) {
+        const struct embedded_file *ef = embed_find(TEMPLATE_BINDING);
+        if (!ef || !embed_find(TEMPLATE_REGISTRY))
+            BUG("the template's binding files are not embedded");
+        struct unit *u = add_unit(b, xstrdup(REGISTRY_UNIT), COMPILE_ROLE_REGISTRY);
+        if (buf_add(&u->src, ef->data, ef->len))
+            BUG("embedded binding.cpp over the source limit");
+    }
+out:
+    for (size_t i = 0; i < nnames; i++)
+        free(names[i]);
+    free(names);
+    fs_root_release(&root);
+    return rc;
+}
+
+/* #include "X" / <X> naming another unit: its digest joins the includer's key. */
+static void scan_includes(struct build *b, struct unit *u)
+{
+    struct sv rest = sv_from(u->src.data, u->src.len), line;
+    while (sv_next_line(&rest, &line, NULL)) {
+        struct sv t = sv_ltrim(line);
+        if (!sv_chop_prefix(&t, SV_LIT("#")))
+            continue;
+        t = sv_ltrim(t);
+        if (!sv_chop_prefix(&t, SV_LIT("include")))
+            continue;
+        t = sv_ltrim(t);
+        if (t.len < 2 || (t.p[0] != '"' && t.p[0] != '<'))
+            continue;
+        struct sv in = sv_sub(t, 1, t.len - 1);
+        long end = sv_find_ch(in, t.p[0] == '"' ? '"' : '>');
+        if (end < 0)
+            continue;
+        in = sv_sub(in, 0, (size_t)end);
+        while (sv_chop_prefix(&in, SV_LIT("./")) || sv_chop_prefix(&in, SV_LIT("../")))
+            ;
+        sv_chop_prefix(&in, SV_LIT("kernels/"));
+        for (size_t i = 0; i < b->n; i++) {
+            struct unit *v = &b->units[i];
+            if (v == u || v->role == COMPILE_ROLE_REGISTRY ||
+                !sv_eq(in, sv_cstr(v->name + strlen("kernels/"))))
+                continue;
+            if (buf_addf(&u->deps, "%s %s\n", v->name, v->digest))
+                BUG("internal buffer overflow");
+        }
+    }
+}
+
+static int write_file(const char *dir, const char *rel, const void *data, size_t len,
+                      struct ca_err *err)
+{
+    char *path = xstrfmt("%s/%s", dir, rel);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int rc = 0;
+    if (fd < 0) {
+        rc = err_setf(err, -errno, "compile: create '%s': %s", path, strerror(errno));
+    } else {
+        const char *p = data;
+        while (!rc && len > 0) {
+            ssize_t w = write(fd, p, len);
+            if (w < 0 && errno != EINTR)
+                rc = err_setf(err, -errno, "compile: write '%s': %s", path, strerror(errno));
+            else if (w > 0) {
+                p += w;
+                len -= (size_t)w;
+            }
+        }
+        close(fd);
+    }
+    free(path);
+    return rc;
+}
+
+static int make_dirs(const char *dir, const char *const *subdirs, struct ca_err *err)
+{
+    for (size_t i = 0; subdirs[i]; i++) {
+        char *p = xstrfmt("%s/%s", dir, subdirs[i]);
+        int rc = mkdir(p, 0755) == 0 || errno == EEXIST
+                     ? 0
+                     : err_setf(err, -errno, "compile: mkdir '%s': %s", p, strerror(errno));
+        free(p);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The build directory: tmp/build.tmp-XXXXXX with the units and template files. */
+static int prepare_build_dir(struct build *b, struct ca_err *err)
+{
+    char *base = xstrfmt("%s/tmp/build", b->cache_dir);
+    struct buf tmp;
+    buf_init(&tmp, CA_LIMIT_PATH);
+    int rc = fs_mkdtemp_beside(base, &tmp, err);
+    free(base);
+    if (!rc) {
+        char *real = realpath(tmp.data, NULL);
+        if (!real)
+            rc = err_setf(err, -errno, "compile: resolve '%s': %s", tmp.data, strerror(errno));
+        else if (buf_addstr(&b->build_dir, real))
+            rc = err_setf(err, CA_ETOOBIG, "compile: build directory path too long");
+        free(real);
+    }
+    buf_release(&tmp);
+    if (rc)
+        return rc;
+    b->ctx.build_dir = b->build_dir.data;
+    b->dir_slash = xstrfmt("%s/", b->build_dir.data);
+    static const char *const subdirs[] = {"kernels", "obj", "pch", "link", "out", NULL};
+    rc = make_dirs(b->build_dir.data, subdirs, err);
+    for (size_t i = 0; !rc && i < b->n; i++)
+        rc = write_file(b->build_dir.data, b->units[i].name, b->units[i].src.data,
+                        b->units[i].src.len, err);
+    if (!rc) {
+        const struct embedded_file *h = embed_find(TEMPLATE_REGISTRY);
+        rc = write_file(b->build_dir.data, REGISTRY_HEADER, h->data, h->len, err);
+    }
+    return rc;
+}
+
+static void push_bind(struct compile__argv *a, const char *dir)
+{
+    if (dir && *dir)
+        compile__argv_push(a, dir);
+}
+
+/* Flags that decide an object (argv without output and input). */
+
+/*
+ * The C++ standard the PyTorch headers need: recent releases refuse anything
+ * before C++20 (torch/all.h says so with an #error), older ones build with
+ * C++17. Read from the headers rather than guessed from a version number.
+ */
+static const char *torch_cxx_std(const struct compile__toolchain *tc)
+{
+    for (size_t i = 0; i < tc->torch_includes.n; i++) {
+        struct buf path, text;
+        buf_init(&path, CA_LIMIT_PATH);
+        buf_init(&text, 256 * CA_KIB);
+        bool cxx20 = false;
+        if (fs_join(&path, tc->torch_includes.v[i], "torch/csrc/api/include/torch/all.h") == 0 &&
+            fs_read_file(path.data, text.max, &text, NULL) == 0)
+            cxx20 = strstr(text.data, "C++20") != NULL;
+        bool found = text.len > 0;
+        buf_release(&path);
+        buf_release(&text);
+        if (found)
+            return cxx20 ? "-std=c++20" : "-std=c++17";
+    }
+    return "-std=c++17";
+}
+
+static void make_flags(struct build *b, const char *arch)
+{
+    const struct compile__toolchain *tc = b->tc;
+    struct compile__argv *f = &b->cu_flags;
+    const char *num = arch + 3; /* "90", "90a" */
+    compile__argv_push(f, tc->nvcc);
+    compile__argv_push(f, "-ccbin");
+    compile__argv_push(f, tc->cxx);
+    static const char *const cu_common[] = {
+        "-c", "-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "-lineinfo",
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cu_common); i++)
+        compile__argv_push(f, cu_common[i]);
+    compile__argv_push(f, "-gencode");
+    compile__argv_pushf(f, "arch=compute_%s,code=[sm_%s,compute_%s]", num, num, num);
+    if (tc->cudnn_include)
+        compile__argv_pushf(f, "-I%s", tc->cudnn_include);
+    b->cu_identity = xstrfmt("%s\n%s", tc->nvcc_version, tc->cxx_version);
+
+    push_bind(&b->ctx.binds_cu, tc->cuda_home);
+    push_bind(&b->ctx.binds_cu, tc->cudnn_include);
+    if (!tc->have_torch)
+        return;
+
+    f = &b->cxx_flags;
+    compile__argv_push(f, tc->cxx);
+    compile__argv_push(f, torch_cxx_std(tc));
+    static const char *const cxx_common[] = {
+        "-c",
+        "-O2",
+        "-fPIC",
+        ("-DTORCH_EXTENSION_NAME=" COMPILE_MODULE_NAME),
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cxx_common); i++)
+        compile__argv_push(f, cxx_common[i]);
+    compile__argv_pushf(f, "-D_GLIBCXX_USE_CXX11_ABI=%d", tc->cxx11_abi);
+    compile__argv_pushv(f, &tc->pybind11_defines);
+    compile__argv_push(f, "-I.");
+    for (size_t i = 0; i < tc->torch_includes.n; i++) {
+        compile__argv_push(f, "-isystem");
+        compile__argv_push(f, tc->torch_includes.v[i]);
+        push_bind(&b->ctx.binds_cxx, tc->torch_includes.v[i]);
+    }
+    compile__argv_push(f, "-isystem");
+    compile__argv_push(f, tc->cuda_include);
+    compile__argv_push(f, "-isystem");
+    compile__argv_push(f, tc->python_include);
+    if (tc->cudnn_include) {
+        compile__argv_push(f, "-isystem");
+        compile__argv_push(f, tc->cudnn_include);
+    }
+    push_bind(&b->ctx.binds_cxx, tc->cuda_home);
+    push_bind(&b->ctx.binds_cxx, tc->python_include);
+    push_bind(&b->ctx.binds_cxx, tc->cudnn_include);
+    compile__pch_key(tc->cxx, tc->cxx_version, tc->torch_identity,
+                     (const char *const *)b->cxx_flags.v, SV_LIT(pch_header), b->pch_key);
+}
+
+static void unit_key(struct build *b, struct unit *u)
+{
+    const struct compile__toolchain *tc = b->tc;
+    const struct embedded_file *h = embed_find(TEMPLATE_REGISTRY);
+    bool cu = u->role == COMPILE_ROLE_CU;
+    struct compile__unit_key_in in = {
+        .role = u->role,
+        .name = u->name,
+        .source = sv_from(u->src.data, u->src.len),
+        .deps = sv_from(u->deps.data, u->deps.len),
+        .compiler = cu ? tc->nvcc : tc->cxx,
+        .compiler_version = cu ? b->cu_identity : tc->cxx_version,
+        .argv = (const char *const *)(cu ? b->cu_flags.v : b->cxx_flags.v),
+        .headers = cu ? "" : tc->torch_identity,
+        .template_header = cu ? SV_LIT("") : sv_from(h->data, h->len),
+    };
+    compile__unit_key(&in, u->key);
+    struct buf p;
+    buf_init(&p, CA_LIMIT_PATH + 64);
+    if (compile__cache_path(b->cache_dir, COMPILE__OBJ, u->key, &p))
+        BUG("cache path over its bound");
+    u->cache_path = buf_detach(&p, NULL);
+    u->hit = compile__cache_hit(u->cache_path);
+}
+
+static void submit(struct build *b, struct unit *u, struct compile_unit_report *rep)
+{
+    if (!b->pool_started) {
+        size_t cpus = b->opts->jobs > 0 ? (size_t)b->opts->jobs : (size_t)cpu_count();
+        pool_init(&b->pool, &b->ctx, cpus);
+        b->pool_started = true;
+    }
+    struct job *j = &b->jobs[b->njobs];
+    *j = (struct job){.u = u, .rep = rep};
+    snprintf(j->obj, sizeof(j->obj), "obj/%zu.o", b->njobs);
+    b->njobs++;
+    run_init(&j->run);
+    compile__argv_init(&j->argv);
+    compile__argv_init(&j->argv_plain);
+    bool cu = u->role == COMPILE_ROLE_CU;
+    compile__argv_pushv(&j->argv, cu ? &b->cu_flags : &b->cxx_flags);
+    j->binds = cu ? &b->ctx.binds_cu : &b->ctx.binds_cxx;
+    if (!cu && b->pch_ready) {
+        compile__argv_pushv(&j->argv_plain, &j->argv);
+        compile__argv_push(&j->argv_plain, "-o");
+        compile__argv_push(&j->argv_plain, j->obj);
+        compile__argv_push(&j->argv_plain, u->name);
+        compile__argv_push(&j->argv, "-include");
+        compile__argv_push(&j->argv, "pch/pch.h");
+        compile__argv_push(&j->argv, "-Winvalid-pch");
+    }
+    compile__argv_push(&j->argv, "-o");
+    compile__argv_push(&j->argv, j->obj);
+    compile__argv_push(&j->argv, u->name);
+    pool_submit(&b->pool, j);
+}
+
+static void jobs_release(struct build *b)
+{
+    for (size_t i = 0; i < b->njobs; i++) {
+        run_release(&b->jobs[i].run);
+        compile__argv_release(&b->jobs[i].argv);
+        compile__argv_release(&b->jobs[i].argv_plain);
+    }
+    free(b->jobs);
+}
+
+/* Files of a finished directory made durable and read-only before it enters the cache. */
+static int seal_file(const char *path, struct ca_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return err_setf(err, -errno, "compile: open '%s': %s", path, strerror(errno));
+    int rc = fsync(fd) == 0 && fchmod(fd, 0444) == 0
+                 ? 0
+                 : err_setf(err, -errno, "compile: seal '%s': %s", path, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+static int link_pch_into_build(struct build *b, const char *entry)
+{
+    static const char *const files[] = {"pch.h", "pch.h.gch"};
+    for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+        char *from = xstrfmt("%s/%s", entry, files[i]);
+        char *to = xstrfmt("%s/pch/%s", b->build_dir.data, files[i]);
+        int rc = link(from, to) == 0 ? 0 : -errno;
+        if (rc)
+            LOG_WARN("compile: cannot link the precompiled header %s into the build: %s", from,
+                     strerror(-rc));
+        free(from);
+        free(to);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Append one compiler's output to the full log; once it is full, say so once. */
+static void log_add(struct compile_report *rep, const char *title, const struct buf *raw,
+                    const char *const *strip)
+{
+    static const char full[] = "[log truncated]\n";
+    struct buf *l = &rep->full_log;
+    if (sv_ends_with(sv_from(l->data, l->len), SV_LIT(full)))
+        return;
+    if (buf_addf(l, "== %s\n", title) ||
+        compile__log_normalize(sv_from(raw->data, raw->len), strip, l)) {
+        /* Keep what fitted, then the marker (room for it is made if needed). */
+        size_t room = sizeof(full) - 1;
+        if (l->max - l->len < room)
+            buf_truncate(l, l->len > room ? l->len - room : 0);
+        (void)!buf_addstr(l, full);
+    }
+}
+
+/*
+ * Make sure the precompiled header exists in the cache and link it into the
+ * build directory. Failing to make it is not an error of the build: the
+ * bindings are then compiled without it. Runs on the build's thread while
+ * the pool compiles .cu files.
+ */
+static int ensure_pch(struct build *b, struct ca_err *err)
+{
+    struct compile_report *rep = b->rep;
+    struct buf entry, failed, tmp;
+    buf_init(&entry, CA_LIMIT_PATH + 64);
+    buf_init(&failed, CA_LIMIT_PATH + 64);
+    buf_init(&tmp, CA_LIMIT_PATH + 64);
+    int rc = 0;
+    struct run r;
+    run_init(&r);
+    if (compile__cache_path(b->cache_dir, COMPILE__PCH, b->pch_key, &entry) ||
+        buf_addf(&failed, "%s.failed", entry.data))
+        BUG("cache path over its bound");
+    char *gch = xstrfmt("%s/pch.h.gch", entry.data);
+    if (compile__cache_hit(gch)) {
+        (void)compile__cache_hit(entry.data);
+        goto link;
+    }
+    if (fs_exists(failed.data)) {
+        LOG_DEBUG("compile: precompiled header %s failed before; not retried", b->pch_key);
+        goto out;
+    }
+    char *base = xstrfmt("%s/tmp/pch", b->cache_dir);
+    rc = fs_mkdtemp_beside(base, &tmp, err);
+    free(base);
+    if (rc)
+        goto out;
+    static const char *const subdirs[] = {"pch", NULL};
+    rc = make_dirs(tmp.data, subdirs, err);
+    if (!rc)
+        rc = write_file(tmp.data, "pch/pch.h", pch_header, sizeof(pch_header) - 1, err);
+    if (rc)
+        goto out;
+    struct compile__argv argv;
+    compile__argv_init(&argv);
+    compile__argv_pushv(&argv, &b->cxx_flags);
+    static const char *const tail[] = {"-x", "c++-header", "pch/pch.h", "-o", "pch/pch.h.gch"};
+    for (size_t i = 0; i < ARRAY_SIZE(tail); i++)
+        compile__argv_push(&argv, tail[i]);
+    static const char *const no_ro[] = {NULL};
+    run_tool(&b->ctx, tmp.data, &argv, no_ro, &b->ctx.binds_cxx, &r);
+    compile__argv_release(&argv);
+    rep->pch_us = r.elapsed_us;
+    if (r.rc) {
+        rc = r.rc;
+        *err = r.err;
+        goto out;
+    }
+    if (!r.ok) {
+        char *tmp_slash = xstrfmt("%s/", tmp.data);
+        const char *strip[] = {tmp_slash, SANDBOX_WORKSPACE "/", NULL};
+        char *title = xstrfmt("precompiled header (%s): not used", r.how);
+        log_add(rep, title, &r.out, strip);
+        free(title);
+        free(tmp_slash);
+        LOG_WARN("compile: building the precompiled header failed (%s); bindings compile "
+                 "without it",
+                 r.how);
+        /* A compiler that said no will say no again: remember it. Not after a timeout, a
+         * kill or a lack of resources, which another time may not repeat. */
+        static const char *const transient[] = {"Killed signal", "internal compiler error",
+                                                "No space left", "Cannot allocate memory",
+                                                "out of memory"};
+        bool remember = strncmp(r.how, "exit ", 5) == 0 && strstr(r.out.data, "error");
+        for (size_t i = 0; remember && i < ARRAY_SIZE(transient); i++)
+            remember = !strstr(r.out.data, transient[i]);
+        struct ca_err e2 = {0};
+        if (remember && fs_write_atomic(failed.data, r.out.data, r.out.len, 0644, &e2))
+            LOG_WARN("compile: %s", e2.msg);
+        goto out;
+    }
+    char *h = xstrfmt("%s/pch/pch.h", tmp.data), *g = xstrfmt("%s/pch/pch.h.gch", tmp.data);
+    rc = seal_file(h, err);
+    if (!rc)
+        rc = seal_file(g, err);
+    free(h);
+    free(g);
+    if (rc)
+        goto out;
+    char *dir = xstrfmt("%s/pch", tmp.data);
+    struct ca_err e2 = {0};
+    int mv = fs_rename_noreplace(dir, entry.data, &e2);
+    free(dir);
+    /* Another evaluator made the same header meanwhile: theirs is as good. */
+    if (mv && mv != -EEXIST && mv != -ENOTEMPTY) {
+        rc = mv;
+        *err = e2;
+        goto out;
+    }
+    rep->pch_built = mv == 0;
+    b->stored = true;
+link:
+    b->pch_ready = link_pch_into_build(b, entry.data) == 0;
+out:
+    if (tmp.len) {
+        struct ca_err e3 = {0};
+        if (fs_remove_tree(tmp.data, &e3))
+            LOG_WARN("compile: %s", e3.msg);
+    }
+    free(gch);
+    run_release(&r);
+    buf_release(&entry);
+    buf_release(&failed);
+    buf_release(&tmp);
+    return rc;
+}
+
+/* Header line for a unit whose compiler failed without saying why, or was stopped. */
+static int failure_line(struct buf *out, const struct job *j)
+{
+    const char *tool = j->u->role == COMPILE_ROLE_CU ? "nvcc" : "c++";
+    if (j->run.timed_out)
+        return buf_addf(out,
+                        "%s: %s %s: the compile was stopped (simplify the templates or "
+                        "unrolling, or split the file)\n",
+                        j->u->name, tool, j->run.how);
+    if (strncmp(j->run.how, "killed", 6) == 0)
+        return buf_addf(out, "%s: %s was %s (out of memory?)\n", j->u->name, tool, j->run.how);
+    return 0;
+}
+
+/* Trimmed diagnostics of one failed or warned unit into its own log, and errors into *errors. */
+static void unit_logs(struct build *b, struct job *j, size_t *budget, size_t *omitted,
+                      bool *errors_full)
+{
+    struct compile_unit_report *ur = j->rep;
+    const char *strip[] = {b->dir_slash, SANDBOX_WORKSPACE "/", NULL};
+    struct buf norm, trimmed;
+    buf_init(&norm, 2 * RUN_OUTPUT_MAX + 4096);
+    buf_init(&trimmed, 2 * RUN_OUTPUT_MAX + 4096);
+    (void)!compile__log_normalize(sv_from(j->run.out.data, j->run.out.len), strip, &norm);
+    char *title = xstrfmt("%s (%s%s)", ur->name, j->run.how,
+                          j->retried ? ", retried without the precompiled header" : "");
+    log_add(b->rep, title, &j->run.out, strip);
+    free(title);
+
+    struct compile__trim_result tr;
+    if (!j->run.ok)
+        (void)!failure_line(&trimmed, j);
+    (void)!compile__log_trim(sv_from(norm.data, norm.len), &trimmed, &tr);
+    if (!j->run.ok && trimmed.len == 0)
+        (void)!buf_addf(&trimmed, "%s: %s failed (%s) without a message\n", ur->name,
+                        j->u->role == COMPILE_ROLE_CU ? "nvcc" : "c++", j->run.how);
+    size_t unit_budget = COMPILE_ERROR_LINES, unit_omitted = 0;
+    (void)!compile__append_lines(&ur->log, sv_from(trimmed.data, trimmed.len), &unit_budget,
+                                 &unit_omitted);
+    if (unit_omitted)
+        (void)!buf_addf(&ur->log, "[%zu more %s lines omitted]\n", unit_omitted,
+                        tr.had_errors || !j->run.ok ? "error" : "warning");
+    if (!j->run.ok && !*errors_full &&
+        compile__append_lines(&b->rep->errors, sv_from(trimmed.data, trimmed.len), budget, omitted))
+        *errors_full = true;
+    buf_release(&norm);
+    buf_release(&trimmed);
+}
+
+/* Collect results of finished jobs into the report; 0, or an infrastructure error. */
+static int collect(struct build *b, struct ca_err *err)
+{
+    size_t budget = COMPILE_ERROR_LINES, omitted = 0;
+    bool full = false;
+    int rc = 0;
+    for (size_t i = 0; i < b->njobs; i++) {
+        struct job *j = &b->jobs[i];
+        struct compile_unit_report *ur = j->rep;
+        if (j->run.rc) {
+            /* The compiler could not run at all: the evaluator's problem, not the agent's. */
+            if (!rc)
+                rc = err_setf(err, j->run.rc, "compile %s: %s", ur->name, j->run.err.msg);
+            continue;
+        }
+        if (j->store_rc && !rc)
+            rc = err_setf(err, j->store_rc, "%s", j->store_err.msg);
+        ur->ok = j->run.ok && !j->store_rc;
+        ur->timed_out = j->run.timed_out;
+        ur->used_pch = j->used_pch;
+        ur->elapsed_us = j->run.elapsed_us;
+        b->rep->pch_used = b->rep->pch_used || j->used_pch;
+        b->stored = b->stored || ur->ok;
+        unit_logs(b, j, &budget, &omitted, &full);
+        if (log_events_on())
+            log_event("compile.unit", ur->elapsed_us,
+                      json_pack("{s:s, s:s, s:b, s:b, s:b}", "unit", ur->name, "role",
+                                compile_role_name(ur->role), "ok", ur->ok, "pch", ur->used_pch,
+                                "timed_out", ur->timed_out));
+    }
+    if (omitted)
+        (void)!buf_addf(&b->rep->errors, "[%zu more error lines omitted]\n", omitted);
+    return rc;
+}
+
+static bool lib_exists(const struct compile__argv *dirs, const char *name)
+{
+    for (size_t i = 0; i < dirs->n; i++) {
+        char *p = xstrfmt("%s/lib%s.so", dirs->v[i], name);
+        bool ok = access(p, F_OK) == 0;
+        free(p);
+        if (ok)
+            return true;
+    }
+    return false;
+}
+
+static bool sources_mention(const struct build *b, const char *token)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (memmem(b->units[i].src.data, b->units[i].src.len, token, strlen(token)))
+            return true;
+    return false;
+}
+
+/* -shared and the libraries, in link order after the objects. */
+static void link_flags(const struct build *b, struct compile__argv *f)
+{
+    const struct compile__toolchain *tc = b->tc;
+    compile__argv_push(f, "-shared");
+    if (tc->fuse_ld)
+        compile__argv_push(f, tc->fuse_ld);
+    for (size_t i = 0; i < tc->torch_libdirs.n; i++) {
+        compile__argv_pushf(f, "-L%s", tc->torch_libdirs.v[i]);
+        compile__argv_pushf(f, "-Wl,-rpath,%s", tc->torch_libdirs.v[i]);
+    }
+    /* A CPU-only torch has no c10_cuda/torch_cuda: link what exists. */
+    static const char *const torch_libs[] = {"c10",          "torch",    "torch_cpu",
+                                             "torch_python", "c10_cuda", "torch_cuda"};
+    for (size_t i = 0; i < ARRAY_SIZE(torch_libs); i++)
+        if (lib_exists(&tc->torch_libdirs, torch_libs[i]))
+            compile__argv_pushf(f, "-l%s", torch_libs[i]);
+    compile__argv_pushf(f, "-L%s", tc->cuda_lib);
+    compile__argv_pushf(f, "-Wl,-rpath,%s", tc->cuda_lib);
+    compile__argv_push(f, "-lcudart");
+    if (sources_mention(b, "cublasLt"))
+        compile__argv_push(f, "-lcublasLt");
+    if (sources_mention(b, "cublas"))
+        compile__argv_push(f, "-lcublas");
+    if (sources_mention(b, "cudnn")) {
+        if (tc->cudnn_lib) {
+            char *dir = xstrdup(tc->cudnn_lib);
+            char *slash = strrchr(dir, '/');
+            if (slash)
+                *slash = '\0';
+            compile__argv_push(f, tc->cudnn_lib);
+            compile__argv_pushf(f, "-Wl,-rpath,%s", dir);
+            free(dir);
+        } else {
+            compile__argv_push(f, "-lcudnn");
+        }
+    }
+}
+
+static int do_link(struct build *b, const char *out_so, struct ca_err *err)
+{
+    struct compile_report *rep = b->rep;
+    const struct compile__toolchain *tc = b->tc;
+    struct compile__argv flags, argv;
+    compile__argv_init(&flags);
+    compile__argv_init(&argv);
+    link_flags(b, &flags);
+    for (size_t i = 0; i < tc->torch_libdirs.n; i++)
+        push_bind(&b->ctx.binds_link, tc->torch_libdirs.v[i]);
+    push_bind(&b->ctx.binds_link, tc->cuda_home);
+    if (tc->cudnn_lib) {
+        char *dir = xstrdup(tc->cudnn_lib);
+        *strrchr(dir, '/') = '\0';
+        push_bind(&b->ctx.binds_link, dir);
+        free(dir);
+    }
+    const char **keys = xcalloc(b->n + 1, sizeof(*keys));
+    for (size_t i = 0; i < b->n; i++)
+        keys[i] = b->units[i].key;
+    compile__so_key(tc->cxx, tc->cxx_version, (const char *const *)flags.v, keys, b->n,
+                    rep->so_key);
+    free(keys);
+    struct buf so;
+    buf_init(&so, CA_LIMIT_PATH + 64);
+    if (compile__cache_path(b->cache_dir, COMPILE__SO, rep->so_key, &so))
+        BUG("cache path over its bound");
+    int rc = 0;
+    struct run r;
+    run_init(&r);
+    int64_t t0 = ca_now_us();
+    if (compile__cache_hit(so.data)) {
+        rep->link_ok = rep->link_cached = true;
+        goto deliver;
+    }
+    /* Objects through read-only hard links named after their units (the linker's messages). */
+    compile__argv_push(&argv, tc->cxx);
+    compile__argv_push(&argv, "-o");
+    compile__argv_push(&argv, "out/module.so");
+    for (size_t i = 0; i < b->n && !rc; i++) {
+        struct unit *u = &b->units[i];
+        char *rel = xstrfmt("link/%s.o", u->name);
+        char *dst = xstrfmt("%s/%s", b->build_dir.data, rel);
+        char *parent = xstrdup(dst);
+        *strrchr(parent, '/') = '\0';
+        if ((mkdir(parent, 0755) != 0 && errno != EEXIST) || link(u->cache_path, dst) != 0)
+            rc = err_setf(err, -errno,
+                          "compile: the cached object of %s (%s) vanished or cannot be linked: "
+                          "%s; build again",
+                          u->name, u->cache_path, strerror(errno));
+        compile__argv_push(&argv, rel);
+        free(rel);
+        free(dst);
+        free(parent);
+    }
+    if (rc)
+        goto out;
+    compile__argv_pushv(&argv, &flags);
+    run_tool(&b->ctx, b->build_dir.data, &argv, ro_link, &b->ctx.binds_link, &r);
+    if (r.rc) {
+        rc = r.rc;
+        *err = r.err;
+        goto out;
+    }
+    rep->link_us = r.elapsed_us;
+    const char *strip[] = {b->dir_slash, SANDBOX_WORKSPACE "/", "link/", NULL};
+    char *title = xstrfmt("link (%s)", r.how);
+    log_add(rep, title, &r.out, strip);
+    free(title);
+    if (!r.ok) {
+        struct buf norm, trimmed;
+        buf_init(&norm, 2 * RUN_OUTPUT_MAX + 4096);
+        buf_init(&trimmed, 2 * RUN_OUTPUT_MAX + 4096);
+        (void)!compile__log_normalize(sv_from(r.out.data, r.out.len), strip, &norm);
+        struct compile__trim_result tr;
+        (void)!buf_addf(&trimmed, "link of %s failed (%s):\n", COMPILE_MODULE_NAME, r.how);
+        (void)!compile__log_trim(sv_from(norm.data, norm.len), &trimmed, &tr);
+        size_t budget = COMPILE_ERROR_LINES, omitted = 0;
+        (void)!compile__append_lines(&rep->errors, sv_from(trimmed.data, trimmed.len), &budget,
+                                     &omitted);
+        if (omitted)
+            (void)!buf_addf(&rep->errors, "[%zu more error lines omitted]\n", omitted);
+        buf_release(&norm);
+        buf_release(&trimmed);
+        goto out;
+    }
+    char *built = xstrfmt("%s/out/module.so", b->build_dir.data);
+    rc = compile__cache_store(built, so.data, err);
+    free(built);
+    if (rc)
+        goto out;
+    b->stored = true;
+    rep->link_ok = true;
+deliver:
+    if (out_so) {
+        rc = compile__copy_atomic(so.data, out_so, 0755, err);
+        if (!rc)
+            rep->so_path = xstrdup(out_so);
+    } else {
+        rep->so_path = xstrdup(so.data);
+    }
+    if (rep->link_cached)
+        rep->link_us = ca_now_us() - t0;
+out:
+    run_release(&r);
+    buf_release(&so);
+    compile__argv_release(&flags);
+    compile__argv_release(&argv);
+    return rc;
+}
+
+static void build_release(struct build *b)
+{
+    if (b->pool_started)
+        pool_release(&b->pool);
+    jobs_release(b);
+    for (size_t i = 0; i < b->n; i++) {
+        free(b->units[i].cache_path);
+        buf_release(&b->units[i].src);
+        buf_release(&b->units[i].deps);
+    }
+    free(b->units);
+    if (b->build_dir.len) {
+        struct ca_err e = {0};
+        if (fs_remove_tree(b->build_dir.data, &e))
+            LOG_WARN("compile: %s", e.msg);
+    }
+    buf_release(&b->build_dir);
+    free(b->dir_slash);
+    compile__argv_release(&b->ctx.env);
+    compile__argv_release(&b->ctx.binds_cu);
+    compile__argv_release(&b->ctx.binds_cxx);
+    compile__argv_release(&b->ctx.binds_link);
+    compile__argv_release(&b->cu_flags);
+    compile__argv_release(&b->cxx_flags);
+    free(b->cu_identity);
+    free(b->cache_dir);
+}
+
+static void make_env(struct build *b)
+{
+    struct compile__argv *e = &b->ctx.env;
+    const char *tmp = getenv("TMPDIR");
+    compile__argv_pushf(e, "PATH=%s/bin:/usr/local/bin:/usr/bin:/bin", b->tc->cuda_home);
+    compile__argv_push(e, "LC_ALL=C");
+    compile__argv_push(e, "HOME=/tmp");
+    /* Inside a sandbox /tmp is its own; outside, keep the operator's TMPDIR. */
+    compile__argv_pushf(e, "TMPDIR=%s", !b->ctx.sandbox && tmp && *tmp ? tmp : "/tmp");
+}
+
+static void report_reset(struct compile_report *r)
+{
+    compile_report_release(r);
+    compile_report_init(r);
+}
+
+static int start(struct build *b, struct ca_err *err)
+{
+    const struct compile_opts *o = b->opts;
+    int rc = compile__arch_resolve(o->arch, b->rep->arch, err);
+    if (rc)
+        return rc;
+    rc = compile__toolchain_get(o->python, &b->tc, err);
+    if (rc)
+        return rc;
+    if (!b->tc->nvcc)
+        return err_setf(err, CA_EUNAVAIL, "%s", b->tc->nvcc_error);
+    if (!b->tc->cxx)
+        return err_setf(err, CA_EUNAVAIL, "%s", b->tc->cxx_error);
+    b->ctx.sandbox = o->use_sandbox;
+    b->ctx.timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : COMPILE_DEFAULT_TIMEOUT_MS;
+    if (o->use_sandbox) {
+        struct ca_err why = {0};
+        if (!sandbox_supported(&why))
+            return err_setf(err, CA_EUNAVAIL, "compilers cannot be sandboxed here: %s", why.msg);
+    }
+    struct buf dir;
+    buf_init(&dir, CA_LIMIT_PATH);
+    rc = compile_cache_dir(o, &dir, err);
+    if (!rc)
+        rc = compile__cache_prepare(dir.data, err);
+    if (!rc) {
+        char *real = realpath(dir.data, NULL);
+        if (!real)
+            rc = err_setf(err, -errno, "compile cache '%s': %s", dir.data, strerror(errno));
+        b->cache_dir = real;
+    }
+    buf_release(&dir);
+    if (rc)
+        return rc;
+    compile__argv_init(&b->ctx.env);
+    compile__argv_init(&b->ctx.binds_cu);
+    compile__argv_init(&b->ctx.binds_cxx);
+    compile__argv_init(&b->ctx.binds_link);
+    compile__argv_init(&b->cu_flags);
+    compile__argv_init(&b->cxx_flags);
+    make_env(b);
+    make_flags(b, b->rep->arch);
+    return 0;
+}
+
+static char *unavailable_torch(const struct compile__toolchain *tc)
+{
+    return xstrfmt("PyTorch is not importable by %s (needed to build bindings): install it or set "
+                   "CUDA_AGENT_PYTHON (%s)",
+                   tc->python, tc->torch_error ? tc->torch_error : "unknown reason");
+}
+
+int compile_build(const struct compile_opts *opts, const char *snapshot_dir, const char *out_so,
+                  struct compile_report *report, struct ca_err *err)
+{
+    int64_t t0 = ca_now_us();
+    report_reset(report);
+    struct compile_opts defaults;
+    compile_opts_init(&defaults);
+    struct build b = {.opts = opts ? opts : &defaults, .rep = report};
+    buf_init(&b.build_dir, CA_LIMIT_PATH);
+    int rc = start(&b, err);
+    if (!rc)
+        rc = load_snapshot(&b, snapshot_dir, err);
+    if (rc)
+        goto out;
+    rc = prepare_build_dir(&b, err);
+    if (rc)
+        goto out;
+
+    report->n = b.n;
+    report->units = xcalloc(b.n, sizeof(*report->units));
+    b.jobs = xcalloc(b.n, sizeof(*b.jobs));
+    for (size_t i = 0; i < b.n; i++) {
+        struct compile_unit_report *ur = &report->units[i];
+        ur->name = xstrdup(b.units[i].name);
+        ur->role = b.units[i].role;
+        buf_init(&ur->log, CA_LIMIT_COMPILE_LOG);
+        hash128_hex(hash128(b.units[i].src.data, b.units[i].src.len), b.units[i].digest);
+    }
+    for (size_t i = 0; i < b.n; i++)
+        scan_includes(&b, &b.units[i]);
+
+    /* .cu files first: they need no torch, and run while the PCH is made. */
+    for (size_t i = 0; i < b.n; i++) {
+        struct unit *u = &b.units[i];
+        if (u->role != COMPILE_ROLE_CU)
+            continue;
+        unit_key(&b, u);
+        memcpy(report->units[i].key, u->key, sizeof(u->key));
+        report->units[i].ok = report->units[i].cached = u->hit;
+        if (!u->hit)
+            submit(&b, u, &report->units[i]);
+    }
+    bool torch = b.tc->have_torch;
+    if (torch) {
+        bool need = false;
+        for (size_t i = 0; i < b.n; i++) {
+            struct unit *u = &b.units[i];
+            if (u->role == COMPILE_ROLE_CU)
+                continue;
+            unit_key(&b, u);
+            memcpy(report->units[i].key, u->key, sizeof(u->key));
+            report->units[i].ok = report->units[i].cached = u->hit;
+            need = need || !u->hit;
+        }
+        if (need && b.opts->use_pch && b.tc->cxx_is_gcc) {
+            rc = ensure_pch(&b, err);
+            if (rc)
+                goto out;
+        }
+        for (size_t i = 0; i < b.n; i++)
+            if (b.units[i].role != COMPILE_ROLE_CU && !b.units[i].hit)
+                submit(&b, &b.units[i], &report->units[i]);
+    }
+    if (b.pool_started)
+        pool_wait(&b.pool);
+    rc = collect(&b, err);
+    if (rc)
+        goto out;
+
+    if (!torch) {
+        char *msg = unavailable_torch(b.tc);
+        for (size_t i = 0; i < b.n; i++)
+            if (b.units[i].role != COMPILE_ROLE_CU)
+                (void)!buf_addf(&report->units[i].log, "not built: %s\n", msg);
+        (void)!buf_addf(&report->errors, "%s\n", msg);
+        rc = err_setf(err, CA_EUNAVAIL, "%s", msg);
+        free(msg);
+        goto out;
+    }
+    bool all_ok = true;
+    for (size_t i = 0; i < b.n; i++)
+        all_ok = all_ok && report->units[i].ok;
+    if (!all_ok)
+        goto out;
+    rc = do_link(&b, out_so, err);
+    report->ok = !rc && report->link_ok;
+out:
+    report->total_us = ca_now_us() - t0;
+    bool prune = b.stored && b.cache_dir && b.opts->cache_max_bytes != UINT64_MAX;
+    char *cache_dir = prune ? xstrdup(b.cache_dir) : NULL;
+    build_release(&b);
+    if (prune) {
+        struct ca_err e = {0};
+        uint64_t max =
+            b.opts->cache_max_bytes ? b.opts->cache_max_bytes : COMPILE_DEFAULT_CACHE_MAX;
+        if (compile_cache_prune(cache_dir, max, NULL, &e))
+            LOG_WARN("compile: %s", e.msg);
+        free(cache_dir);
+    }
+    if (log_events_on())
+        log_event("compile.build", report->total_us,
+                  json_pack("{s:b, s:i, s:b, s:b}", "ok", report->ok, "units", (int)report->n,
+                            "link_cached", report->link_cached, "pch_built", report->pch_built));
+    return rc;
+}
+
+int compile_warm(const struct compile_opts *opts, struct ca_err *err)
+{
+    struct compile_opts defaults;
+    compile_opts_init(&defaults);
+    struct compile_report rep;
+    compile_report_init(&rep);
+    struct build b = {.opts = opts ? opts : &defaults, .rep = &rep};
+    buf_init(&b.build_dir, CA_LIMIT_PATH);
+    int rc = start(&b, err);
+    if (!rc && !b.tc->have_torch) {
+        char *msg = unavailable_torch(b.tc);
+        rc = err_setf(err, CA_EUNAVAIL, "%s", msg);
+        free(msg);
+    }
+    if (!rc && b.opts->use_pch && b.tc->cxx_is_gcc)
+        rc = prepare_build_dir(&b, err);
+    if (!rc && b.opts->use_pch && b.tc->cxx_is_gcc)
+        rc = ensure_pch(&b, err);
+    build_release(&b);
+    compile_report_release(&rep);
+    return rc;
+}
+
+/* ---- JSON ---- */
+
+static json_t *text_json(const struct buf *b)
+{
+    struct buf clean;
+    buf_init(&clean, BUF_MAX_INTERNAL);
+    if (utf8_sanitize(b->data, b->len, &clean) < 0)
+        BUG("internal buffer overflow");
+    json_t *s = json_stringn(clean.data, clean.len);
+    buf_release(&clean);
+    return s ? s : json_string("");
+}
+
+json_t *compile_report_to_json(const struct compile_report *r)
+{
+    json_t *units = json_array();
+    for (size_t i = 0; i < r->n; i++) {
+        const struct compile_unit_report *u = &r->units[i];
+        struct buf name;
+        buf_init(&name, BUF_MAX_INTERNAL);
+        (void)!buf_addstr(&name, u->name);
+        json_array_append_new(units,
+                              json_pack("{s:o, s:s, s:b, s:b, s:b, s:b, s:I, s:s, s:o}", "name",
+                                        text_json(&name), "role", compile_role_name(u->role), "ok",
+                                        u->ok, "cached", u->cached, "timed_out", u->timed_out,
+                                        "pch", u->used_pch, "elapsed_us", (json_int_t)u->elapsed_us,
+                                        "key", u->key, "log", text_json(&u->log)));
+        buf_release(&name);
+    }
+    return json_pack("{s:b, s:s, s:o, s:{s:b, s:b, s:I}, s:{s:b, s:b, s:I}, s:I, s:s, s:s?, "
+                     "s:o, s:o}",
+                     "ok", r->ok, "arch", r->arch, "units", units, "link", "ok", r->link_ok,
+                     "cached", r->link_cached, "elapsed_us", (json_int_t)r->link_us, "pch", "used",
+                     r->pch_used, "built", r->pch_built, "elapsed_us", (json_int_t)r->pch_us,
+                     "total_us", (json_int_t)r->total_us, "so_key", r->so_key, "so_path",
+                     r->so_path, "errors", text_json(&r->errors), "log", text_json(&r->full_log));
+}

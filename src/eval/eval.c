@@ -1,0 +1,484 @@
+/*
+ * eval.c - the evaluation pipeline: snapshot → static policy → compile →
+ * harness (verify, time) → reward. Each stage adds its section to the
+ * report; the first failing stage sets report.stage and ends the run with
+ * reward -1. Stage failures are the agent's result; only the evaluator's
+ * own inability to run (no compiler, no Python) is an error of eval_run.
+ */
+#include "eval/eval.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/fs.h"
+#include "core/hash.h"
+#include "core/json.h"
+#include "core/limits.h"
+#include "core/log.h"
+#include "core/proc.h"
+#include "eval/compile.h"
+#include "eval/policy.h"
+#include "eval/reward.h"
+#include "task/task.h"
+#include "workspace/workspace.h"
+#include "core/banned.h"
+
+#define HARNESS_SLACK_MS 60000
+
+static const char *python_bin(void)
+{
+    const char *p = getenv("CUDA_AGENT_PYTHON");
+    return p && *p ? p : "python3";
+}
+
+static int cache_root(const struct eval_opts *o, struct buf *out, struct ca_err *err)
+{
+    const char *env = getenv("CUDA_AGENT_CACHE_DIR"), *home = getenv("HOME");
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    int rc;
+    if (o->cache_dir)
+        rc = buf_addstr(out, o->cache_dir);
+    else if (env && *env)
+        rc = buf_addstr(out, env);
+    else if (xdg && *xdg)
+        rc = buf_addf(out, "%s/cuda-agent", xdg);
+    else
+        rc = buf_addf(out, "%s/.cache/cuda-agent", home && *home ? home : "/tmp");
+    if (rc)
+        return err_setf(err, rc, "cache path too long");
+    return fs_mkdirs(out->data, 0700, err);
+}
+
+/* model.py of the workspace, if its content still matches the manifest. */
+static int take_task(const struct eval_opts *o, const char *snap, json_t *report,
+                     struct ca_err *err)
+{
+    struct buf path, code;
+    buf_init(&path, CA_LIMIT_PATH);
+    buf_init(&code, CA_LIMIT_TASK_BYTES);
+    int rc = 0;
+    if (o->task_ref) {
+        struct task_set set;
+        const struct task *t;
+        task_set_init(&set);
+        rc = task_resolve(o->task_ref, &set, &t, err);
+        if (rc == 0)
+            rc = buf_add(&code, t->code, t->code_len);
+        if (rc == 0)
+            json_object_set_new(report, "task", task_to_json(t, false));
+        task_set_release(&set);
+    } else {
+        json_t *check = NULL;
+        rc = workspace_check(o->workspace, &check, err);
+        if (rc == 0 && json_array_size(json_object_get(check, "problems")) > 0) {
+            json_t *first = json_array_get(json_object_get(check, "problems"), 0);
+            rc = err_setf(err, CA_EPARSE,
+                          "the workspace's read-only files were changed (%s); "
+                          "the evaluator will not use them",
+                          json_string_value(first));
+        }
+        if (rc == 0) {
+            json_object_set(report, "task", json_object_get(check, "task"));
+            rc = fs_join(&path, o->workspace, "model.py");
+            if (rc == 0)
+                rc = fs_read_file(path.data, CA_LIMIT_TASK_BYTES, &code, err);
+        }
+        json_decref(check);
+    }
+    buf_reset(&path);
+    if (rc == 0 && (rc = fs_join(&path, snap, "model.py")) == 0)
+        rc = fs_write_atomic(path.data, code.data, code.len, 0644, err);
+    buf_release(&path);
+    buf_release(&code);
+    return rc;
+}
+
+static bool run_policy(const char *snap, const json_t *files, json_t *report, struct ca_err *err,
+                       int *rc_out)
+{
+    struct policy_report pr;
+    policy_report_init(&pr);
+    int rc = 0;
+    size_t i;
+    json_t *v;
+    struct buf path, code;
+    buf_init(&path, CA_LIMIT_PATH);
+    buf_init(&code, CA_LIMIT_TASK_BYTES);
+    bool have_model_new = false;
+    json_array_foreach(files, i, v)
+    {
+        const char *rel = json_string_value(v);
+        buf_reset(&path);
+        buf_reset(&code);
+        if ((rc = fs_join(&path, snap, rel)) != 0)
+            break;
+        if (strcmp(rel, "model_new.py") == 0) {
+            have_model_new = true;
+            rc = policy_check_model_new(path.data, &pr, err);
+        } else {
+            rc = fs_read_file(path.data, CA_LIMIT_TASK_BYTES, &code, err);
+            if (rc == 0)
+                rc = policy_check_source(rel, code.data, code.len, &pr, err);
+        }
+        if (rc)
+            break;
+    }
+    buf_release(&path);
+    buf_release(&code);
+    json_t *pj = policy_report_to_json(&pr);
+    if (!have_model_new && rc == 0)
+        json_object_set_new(pj, "missing", json_string("model_new.py"));
+    json_object_set_new(report, "policy", pj);
+    bool ok = rc == 0 && pr.n == 0 && have_model_new;
+    if (rc == 0 && !ok) {
+        struct buf msg;
+        buf_init(&msg, CA_LIMIT_TOOL_OUTPUT);
+        /* A message cut at the buffer's bound is still useful: ignore overflow. */
+        if (!have_model_new && buf_addstr(&msg, "model_new.py is missing: write class ModelNew "
+                                                "there\n"))
+            LOG_DEBUG("policy message cut");
+        if (policy_report_format(&pr, &msg))
+            LOG_DEBUG("policy message cut");
+        json_object_set_new(report, "message", json_stringn(msg.data, msg.len));
+        buf_release(&msg);
+    }
+    policy_report_release(&pr);
+    *rc_out = rc;
+    return ok;
+}
+
+static void stage_time(json_t *report, const char *stage, int64_t t0)
+{
+    json_t *t = json_object_get(report, "stage_ms");
+    json_object_set_new(t, stage, json_real((double)(ca_now_us() - t0) / 1000.0));
+}
+
+static int run_harness(const struct eval_opts *o, const char *cache, const char *snap,
+                       const char *so, json_t *report, struct ca_err *err)
+{
+    struct buf hdir, script, task, out, baselines;
+    buf_init(&hdir, CA_LIMIT_PATH);
+    buf_init(&script, CA_LIMIT_PATH);
+    buf_init(&task, CA_LIMIT_PATH);
+    buf_init(&out, CA_LIMIT_PATH);
+    buf_init(&baselines, CA_LIMIT_PATH);
+    json_t *result = NULL;
+    int rc = eval_harness_dir(cache, &hdir, err);
+    if (rc == 0)
+        rc = fs_join(&script, hdir.data, "evaluate.py") || fs_join(&task, snap, "model.py") ||
+                     fs_join(&out, snap, "result.json") || fs_join(&baselines, cache, "baselines")
+                 ? CA_ETOOBIG
+                 : 0;
+    if (rc)
+        goto done;
+    char seeds[16], atol[32], rtol[32], timeout[32], budget[32];
+    snprintf(seeds, sizeof(seeds), "%d", o->seeds > 0 ? o->seeds : 5);
+    snprintf(atol, sizeof(atol), "%g", o->atol > 0 ? o->atol : 1e-2);
+    snprintf(rtol, sizeof(rtol), "%g", o->rtol > 0 ? o->rtol : 1e-2);
+    int64_t tmo = o->timeout_ms > 0 ? o->timeout_ms : 120000;
+    snprintf(timeout, sizeof(timeout), "%.3f", (double)tmo / 1000.0);
+    snprintf(budget, sizeof(budget), "%lld", (long long)(o->budget_ms > 0 ? o->budget_ms : 2000));
+    const char *argv[40];
+    size_t n = 0;
+    argv[n++] = python_bin();
+    argv[n++] = script.data;
+    argv[n++] = "--task";
+    argv[n++] = task.data;
+    argv[n++] = "--candidate-dir";
+    argv[n++] = snap;
+    argv[n++] = "--so";
+    argv[n++] = so;
+    argv[n++] = "--device";
+    argv[n++] = o->device ? o->device : "cuda";
+    argv[n++] = "--seeds";
+    argv[n++] = seeds;
+    argv[n++] = "--timing";
+    argv[n++] = o->timing ? o->timing : "events";
+    argv[n++] = "--precision";
+    argv[n++] = o->precision ? o->precision : "strict";
+    argv[n++] = "--atol";
+    argv[n++] = atol;
+    argv[n++] = "--rtol";
+    argv[n++] = rtol;
+    argv[n++] = "--timeout";
+    argv[n++] = timeout;
+    argv[n++] = "--budget-ms";
+    argv[n++] = budget;
+    argv[n++] = "--baseline-cache";
+    argv[n++] = baselines.data;
+    if (o->verify_only)
+        argv[n++] = "--no-timing";
+    argv[n++] = "--out";
+    argv[n++] = out.data;
+    argv[n] = NULL;
+    struct proc_opts po = {
+        .argv = argv,
+        .cwd = snap,
+        .out_max = 64 * CA_KIB,
+        .err_max = 64 * CA_KIB,
+        .timeout_ms = tmo * 2 + HARNESS_SLACK_MS,
+    };
+    struct proc_result pr;
+    proc_result_init(&pr);
+    rc = proc_run(&po, &pr, err);
+    if (rc) {
+        proc_result_release(&pr);
+        goto done;
+    }
+    struct buf text;
+    buf_init(&text, CA_LIMIT_JSON_BYTES);
+    int rrc = fs_read_file(out.data, CA_LIMIT_JSON_BYTES, &text, NULL);
+    if (rrc == 0)
+        rrc = jsonx_parse(sv_from(text.data, text.len), CA_LIMIT_JSON_BYTES, "harness result",
+                          &result, NULL);
+    buf_release(&text);
+    if (rrc) {
+        struct buf d;
+        buf_init(&d, 256);
+        if (proc_describe(&pr, po.timeout_ms, &d))
+            LOG_DEBUG("description cut");
+        rc = err_setf(err, CA_ECHILD, "the harness produced no result (%s): %.160s", d.data,
+                      pr.err.len > 160 ? pr.err.data + pr.err.len - 160 : pr.err.data);
+        buf_release(&d);
+    } else {
+        json_object_set_new(report, "harness", result);
+    }
+    proc_result_release(&pr);
+done:
+    buf_release(&hdir);
+    buf_release(&script);
+    buf_release(&task);
+    buf_release(&out);
+    buf_release(&baselines);
+    return rc;
+}
+
+static double stat_ms(const json_t *h, const char *which)
+{
+    json_t *v = json_object_get(json_object_get(json_object_get(h, "timing"), which), "median_ms");
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static int finish(json_t *report, const char *stage, bool compiled, bool correct,
+                  struct ca_err *err)
+{
+    json_object_set_new(report, "stage", json_string(stage));
+    json_t *h = json_object_get(report, "harness");
+    struct reward_input in = {.compiled = compiled, .correct = correct};
+    if (correct) {
+        in.eager_ms = stat_ms(h, "eager");
+        in.compile_ms = stat_ms(h, "compile");
+        in.candidate_ms = stat_ms(h, "candidate");
+        in.speed_of_light_flag = json_is_true(
+            json_object_get(json_object_get(json_object_get(h, "timing"), "sol"), "flagged"));
+    }
+    struct reward_result r;
+    int rc = reward_compute(&in, &r, err);
+    if (rc)
+        return rc;
+    if (strcmp(stage, "policy") == 0)
+        r.reason = "the static policy refused the code";
+    else if (strcmp(stage, "snapshot") == 0)
+        r.reason = "the workspace could not be evaluated";
+    json_object_set_new(report, "reward", reward_to_json(&r));
+    json_object_set_new(report, "ok", json_boolean(correct));
+    return 0;
+}
+
+int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
+{
+    int64_t t0 = ca_now_us(), ts;
+    json_t *report = json_pack("{s:s, s:o}", "workspace", o->workspace, "stage_ms", json_object());
+    struct buf cache, snap, so;
+    buf_init(&cache, CA_LIMIT_PATH);
+    buf_init(&snap, CA_LIMIT_PATH);
+    buf_init(&so, CA_LIMIT_PATH);
+    json_t *files = NULL;
+    struct compile_report cr;
+    compile_report_init(&cr);
+    int rc = cache_root(o, &cache, err);
+    if (rc)
+        goto out;
+    /* The snapshot lives in the evaluator's cache, out of the agent's reach. */
+    struct buf base;
+    buf_init(&base, CA_LIMIT_PATH);
+    rc = buf_addf(&base, "%s/runs/run", cache.data) ? CA_ETOOBIG : 0;
+    if (rc == 0)
+        rc = fs_mkdirs(cache.data, 0700, err);
+    if (rc == 0) {
+        struct buf runs;
+        buf_init(&runs, CA_LIMIT_PATH);
+        rc = buf_addf(&runs, "%s/runs", cache.data) ? CA_ETOOBIG : fs_mkdirs(runs.data, 0700, err);
+        buf_release(&runs);
+    }
+    if (rc == 0)
+        rc = fs_mkdtemp_beside(base.data, &snap, err);
+    buf_release(&base);
+    if (rc)
+        goto out;
+
+    ts = ca_now_us();
+    rc = eval_snapshot(o->workspace, snap.data, &files, err);
+    if (rc == 0)
+        rc = take_task(o, snap.data, report, err);
+    stage_time(report, "snapshot", ts);
+    if (rc) {
+        if (rc == CA_EPARSE || rc == CA_ETOOBIG || rc == CA_EESCAPE) {
+            json_object_set_new(report, "message", json_string(err->msg));
+            rc = finish(report, "snapshot", false, false, err);
+        }
+        goto out;
+    }
+    json_object_set(report, "files", files);
+
+    ts = ca_now_us();
+    int prc = 0;
+    bool policy_ok = run_policy(snap.data, files, report, err, &prc);
+    stage_time(report, "policy", ts);
+    if ((rc = prc) != 0)
+        goto out;
+    if (!policy_ok) {
+        rc = finish(report, "policy", false, false, err);
+        goto out;
+    }
+
+    ts = ca_now_us();
+    struct compile_opts co;
+    compile_opts_init(&co);
+    co.arch = o->arch;
+    co.use_sandbox = !o->no_sandbox;
+    co.python = getenv("CUDA_AGENT_PYTHON");
+    rc = fs_join(&so, snap.data, COMPILE_MODULE_NAME ".so") ? CA_ETOOBIG : 0;
+    if (rc == 0)
+        rc = compile_build(&co, snap.data, so.data, &cr, err);
+    json_object_set_new(report, "compile", compile_report_to_json(&cr));
+    stage_time(report, "compile", ts);
+    bool cu_failed = false;
+    for (size_t i = 0; i < cr.n; i++)
+        cu_failed |= cr.units[i].role == COMPILE_ROLE_CU && !cr.units[i].ok;
+    if (rc == CA_EUNAVAIL && cu_failed) {
+        /* Without PyTorch the kernels were still compiled: their errors are the agent's to
+         * fix first, whatever else is missing here. */
+        json_object_set_new(report, "unavailable", json_string(err->msg));
+        json_object_set_new(report, "message", json_stringn(cr.errors.data, cr.errors.len));
+        rc = finish(report, "compile", false, false, err);
+        goto out;
+    }
+    if (rc)
+        goto out;
+    if (!cr.ok) {
+        json_object_set_new(report, "message", json_stringn(cr.errors.data, cr.errors.len));
+        rc = finish(report, "compile", false, false, err);
+        goto out;
+    }
+    struct policy_report sp;
+    policy_report_init(&sp);
+    rc = policy_check_so(so.data, &sp, err);
+    if (rc == 0 && sp.n) {
+        struct buf msg;
+        buf_init(&msg, CA_LIMIT_TOOL_OUTPUT);
+        if (policy_report_format(&sp, &msg))
+            LOG_DEBUG("policy message cut");
+        json_object_set_new(report, "message", json_stringn(msg.data, msg.len));
+        json_object_set_new(report, "policy_so", policy_report_to_json(&sp));
+        buf_release(&msg);
+        policy_report_release(&sp);
+        rc = finish(report, "policy", false, false, err);
+        goto out;
+    }
+    policy_report_release(&sp);
+    if (rc)
+        goto out;
+    if (o->compile_only) {
+        json_object_set_new(report, "stage", json_string("compile"));
+        json_object_set_new(report, "ok", json_true());
+        goto out;
+    }
+
+    ts = ca_now_us();
+    rc = run_harness(o, cache.data, snap.data, so.data, report, err);
+    stage_time(report, "harness", ts);
+    if (rc)
+        goto out;
+    json_t *h = json_object_get(report, "harness");
+    bool correct = json_is_true(json_object_get(h, "ok"));
+    if (!correct) {
+        json_t *f = json_object_get(h, "failure");
+        json_object_set(report, "message", json_object_get(f, "message"));
+    }
+    if (o->verify_only) {
+        json_object_set_new(report, "stage", json_string("verify"));
+        json_object_set_new(report, "ok", json_boolean(correct));
+        goto out;
+    }
+    rc = finish(report, correct ? "done" : "verify", true, correct, err);
+out:
+    json_decref(files);
+    compile_report_release(&cr);
+    json_object_set_new(report, "elapsed_ms", json_real((double)(ca_now_us() - t0) / 1000.0));
+    if (snap.len && !getenv("CUDA_AGENT_KEEP_RUNS")) {
+        struct ca_err ignored;
+        if (fs_remove_tree(snap.data, &ignored))
+            LOG_WARN("could not remove %s: %s", snap.data, ignored.msg);
+    }
+    buf_release(&cache);
+    buf_release(&snap);
+    buf_release(&so);
+    if (rc) {
+        json_decref(report);
+        return rc;
+    }
+    *report_out = report;
+    return 0;
+}
+
+static const char *str(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+int eval_format(const json_t *r, struct buf *b)
+{
+    int e = 0;
+    const char *stage = str(r, "stage");
+    json_t *reward = json_object_get(r, "reward");
+    json_t *h = json_object_get(r, "harness");
+    e |= buf_addf(b, "task: %s\n", str(json_object_get(r, "task"), "id"));
+    if (json_object_get(r, "compile")) {
+        json_t *c = json_object_get(r, "compile");
+        e |= buf_addf(
+            b, "compile: %s (%.2f s)\n", json_is_true(json_object_get(c, "ok")) ? "ok" : "FAILED",
+            json_number_value(json_object_get(json_object_get(r, "stage_ms"), "compile")) / 1000.0);
+    }
+    const char *msg = str(r, "message");
+    if (*msg)
+        e |= buf_addf(b, "%s failed:\n%s%s", stage, msg, msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+    json_t *t = json_object_get(h, "timing");
+    if (t) {
+        const char *names[] = {"eager", "compile", "candidate"};
+        for (size_t i = 0; i < 3; i++) {
+            json_t *s = json_object_get(t, names[i]);
+            if (!s)
+                continue;
+            e |= buf_addf(b, "%-10s median %.4f ms  (CV %.1f%%, n=%lld)\n", names[i],
+                          json_number_value(json_object_get(s, "median_ms")),
+                          100.0 * json_number_value(json_object_get(s, "cv")),
+                          (long long)json_integer_value(json_object_get(s, "n")));
+        }
+    }
+    json_int_t rv = json_integer_value(json_object_get(reward, "reward"));
+    if (reward && rv > 0)
+        e |= buf_addf(b, "speedup: %.2fx vs eager, %.2fx vs torch.compile\n",
+                      json_number_value(json_object_get(reward, "speedup_eager")),
+                      json_number_value(json_object_get(reward, "speedup_compile")));
+    if (reward)
+        e |= buf_addf(b, "reward: %lld (%s)\n", (long long)rv, str(reward, "reason"));
+    else if (json_is_true(json_object_get(r, "ok")))
+        e |= buf_addf(b, "%s: ok\n", stage);
+    return e ? CA_ETOOBIG : 0;
+}

@@ -1,0 +1,60 @@
+/*
+ * eval.h - the evaluation pipeline behind `cuda-agent eval`: snapshot the
+ * workspace's writable files, check them against the static policy,
+ * compile them into the `cuda_extension` module, verify and time the result
+ * with the harness (trusted reference process + throw-away candidate
+ * process), and compute the reward.
+ *
+ * The evaluator trusts nothing in the workspace but the writable files it
+ * snapshots (and model.py only when its hash matches the manifest, or the
+ * task given explicitly). Every stage's findings go into one JSON report;
+ * the first failing stage ends the evaluation with reward -1 and a message
+ * the agent can act on.
+ *
+ * Not thread-safe per call; separate calls are independent.
+ */
+#ifndef CA_EVAL_H
+#define CA_EVAL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+#include "core/err.h"
+
+struct eval_opts {
+    const char *workspace; /* the episode workspace */
+    const char *task_ref;  /* optional: the task (else the workspace's model.py) */
+    const char *device;    /* "cuda" (default) or "cpu" */
+    const char *arch;      /* e.g. "sm_90"; NULL: from the GPU, else sm_90 */
+    const char *timing;    /* "events" (default) or "kernel" */
+    const char *precision; /* "strict" (default) or "tf32" */
+    int seeds;             /* input sets; 0: 5 */
+    double atol, rtol;     /* 0: 1e-2 */
+    int64_t timeout_ms;    /* candidate wall clock; 0: 120 s */
+    int64_t budget_ms;     /* timing budget per measured function; 0: harness default */
+    const char *cache_dir; /* NULL: $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent */
+    bool no_sandbox;       /* compilers run without the sandbox (hosts without namespaces) */
+    bool verify_only;      /* stop after verification (the workspace's ./verify) */
+    bool compile_only;     /* stop after compilation (./compile) */
+};
+
+/* Run the pipeline; *report is a new JSON object (also on stage failures,
+ * which are not errors of this function: see report.ok / report.stage).
+ * Returns a negative code only when the evaluator itself cannot run. */
+int eval_run(const struct eval_opts *opts, json_t **report, struct ca_err *err) WARN_UNUSED_RESULT;
+
+/* The human report (what ./compile, ./verify and ./profile print). */
+int eval_format(const json_t *report, struct buf *out) WARN_UNUSED_RESULT;
+
+/* Snapshot the workspace's writable files into dir (created); lists them in *files. */
+int eval_snapshot(const char *workspace, const char *dir, json_t **files,
+                  struct ca_err *err) WARN_UNUSED_RESULT;
+
+/* Write the embedded harness files (harness/NAME.py) under cache_dir (once per content hash);
+ * *path receives the directory. */
+int eval_harness_dir(const char *cache_dir, struct buf *path,
+                     struct ca_err *err) WARN_UNUSED_RESULT;
+
+#endif

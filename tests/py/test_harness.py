@@ -1,0 +1,801 @@
+"""End-to-end tests of harness/evaluate.py and harness/candidate.py in CPU mode.
+
+Each test writes a tiny task and a candidate (model_new.py plus a Python file standing in for
+the compiled cuda_extension, through the test-only --ext-module option), runs evaluate.py as
+a separate process exactly as the evaluator would, and checks the result JSON. Skipped, with
+the reason, where PyTorch is not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EVALUATE = ROOT / "harness" / "evaluate.py"
+sys.path.insert(0, str(ROOT / "harness"))
+import evaluate as ev  # noqa: E402  (needs torch)
+import timing  # noqa: E402
+
+TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.scale = scale
+        self.weight = nn.Parameter(torch.randn(features))
+        self.register_buffer("bias", torch.randn(features))
+
+    def forward(self, x):
+        return torch.tanh(x * self.weight) * self.scale + self.bias
+
+
+def get_inputs():
+    return [torch.randn(16, 37)]
+
+
+def get_init_inputs():
+    return [37, 1.5]
+"""
+
+EXT = """
+import torch
+
+
+def affine(x, w, b, scale):
+    return torch.tanh(x * w) * scale + b
+"""
+
+MODEL_NEW = """
+import torch
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features, scale):
+        super().__init__()
+        self.scale = scale
+        self.weight = nn.Parameter(torch.zeros(features))
+        self.register_buffer("bias", torch.zeros(features))
+
+    def forward(self, x):
+{body}
+"""
+
+CORRECT_BODY = "return cuda_extension.affine(x, self.weight, self.bias, self.scale)"
+
+
+def model_new(body: str = CORRECT_BODY, header: str = "") -> str:
+    src = MODEL_NEW.replace("{body}", textwrap.indent(textwrap.dedent(body).strip(), " " * 8))
+    return header + src
+
+
+def strict_json(text: str):
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+class Run:
+    def __init__(self, rc: int, stdout: str, stderr: str, result: dict, seconds: float):
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+        self.result = result
+        self.seconds = seconds
+
+    @property
+    def failure(self):
+        return self.result["failure"]
+
+    def __repr__(self):
+        return (f"rc={self.rc}\nresult={json.dumps(self.result, indent=1)[:6000]}\n"
+                f"stdout={self.stdout[-2000:]}\nstderr={self.stderr[-4000:]}")
+
+
+def evaluate(tmp_path: pathlib.Path, *, task: str = TASK, new: str | None = None,
+             ext: str = EXT, args=(), env=None, testing: bool = True,
+             compile_baseline: bool = False, subprocess_cli: bool = False,
+             timeout: float = 300) -> Run:
+    """Runs evaluate.py on a task and candidate written under tmp_path.
+
+    By default the trusted side runs in this process (evaluate.main(argv), saving a torch
+    import per test; the candidate is a separate process either way); subprocess_cli=True
+    runs `python3 harness/evaluate.py ...` exactly as the evaluator does.
+    """
+    work = tmp_path / f"run{len(list(tmp_path.glob('run*')))}"
+    (work / "cand").mkdir(parents=True)
+    (work / "task.py").write_text(task)
+    (work / "cand" / "model_new.py").write_text(new if new is not None else model_new())
+    (work / "ext.py").write_text(ext)
+    out = work / "result.json"
+    argv = ["--task", str(work / "task.py"), "--candidate-dir", str(work / "cand"),
+            "--ext-module", str(work / "ext.py"), "--device", "cpu", "--budget-ms", "50",
+            "--out", str(out), *([] if compile_baseline else ["--no-compile"]), *args]
+    full_env = dict(os.environ)
+    full_env.pop("CUDA_AGENT_HARNESS_TESTING", None)
+    if testing:
+        full_env["CUDA_AGENT_HARNESS_TESTING"] = "1"
+    full_env.update(env or {})
+    t0 = time.monotonic()
+    if subprocess_cli:
+        proc = subprocess.run([sys.executable, str(EVALUATE), *argv], capture_output=True,
+                              text=True, env=full_env, timeout=timeout)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    else:
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(full_env)
+        so, se = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+                rc = ev.main(argv)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        stdout, stderr = so.getvalue(), se.getvalue()
+    seconds = time.monotonic() - t0
+    result = strict_json(out.read_text()) if out.exists() else {}
+    return Run(rc, stdout, stderr, result, seconds)
+
+
+def assert_failed(run: Run, kind: str, stage: str = "verify"):
+    assert run.rc == 1, run
+    assert run.result["ok"] is False, run
+    assert run.failure is not None and run.failure["kind"] == kind, run
+    assert run.result["stage"] == stage, run
+    assert run.failure["message"], run
+
+
+# -- passing candidates -------------------------------------------------------------------
+
+
+def test_correct_candidate_passes_and_is_timed(tmp_path):
+    run = evaluate(tmp_path, subprocess_cli=True)
+    assert run.rc == 0, run
+    r = run.result
+    assert r["ok"] is True and r["stage"] == "done" and r["failure"] is None, run
+    assert r["schema"] == 1
+    v = r["verification"]
+    assert [s["kind"] for s in v["sets"]] == ["random"] * 5 + ["adversarial"], run
+    assert [s["seed_index"] for s in v["sets"]] == list(range(6))
+    assert all(s["ok"] and s["mismatches"] == 0 for s in v["sets"]), run
+    assert v["atol"] == 0.01 and v["rtol"] == 0.01 and v["precision"] == "strict"
+    assert v["precision_observed"] == "fp32", run
+    assert v["fp64_reference"] is True
+    t = r["timing"]
+    for subject in ("eager", "candidate"):
+        stats = t[subject]
+        assert stats["method"] == "wall", run
+        assert stats["n"] >= 10 and stats["median_ms"] > 0, run
+        assert stats["cv"] is not None and stats["cv"] >= 0
+        assert stats["min_ms"] <= stats["p10_ms"] <= stats["median_ms"] <= stats["p90_ms"]
+    assert t["compile"] is None and t["baseline_cached"] is False
+    assert t["speedup_vs_eager"] > 0
+    assert t["sol"]["sol_ms"] is None  # no bandwidth figure for a CPU
+    assert r["device"]["type"] == "cpu" and r["device"]["torch"] == torch.__version__
+    assert r["candidate"]["exit_code"] == 0
+    assert r["elapsed_s"]["total"] > 0
+    # No secret seed anywhere in the result.
+    assert "seed" not in json.dumps(r).replace("seed_index", "")
+
+
+def test_progress_only_on_stdout(tmp_path):
+    run = evaluate(tmp_path, args=["--no-timing"], subprocess_cli=True)
+    assert run.rc == 0, run
+    assert all(line.startswith("evaluate: ") for line in run.stdout.splitlines()), run
+    assert run.result["timing"] is None and run.result["stage"] == "done"
+    quiet = evaluate(tmp_path, args=["--no-timing", "--quiet"], subprocess_cli=True)
+    assert quiet.rc == 0 and quiet.stdout == "", quiet
+
+
+def test_nan_in_matching_positions_passes(tmp_path):
+    task = TASK.replace("return torch.tanh(x * self.weight) * self.scale + self.bias",
+                        "return torch.log(x) * self.scale + self.bias")
+    ext = "import torch\n\ndef affine(x, w, b, scale):\n    return torch.log(x) * scale + b\n"
+    run = evaluate(tmp_path, task=task, ext=ext, args=["--no-timing"])
+    assert run.rc == 0, run  # log of negative inputs: NaN on both sides, same places
+
+
+def test_seeds_option_and_no_adversarial(tmp_path):
+    run = evaluate(tmp_path, args=["--seeds", "2", "--adversarial-sets", "0", "--no-timing"])
+    assert run.rc == 0, run
+    assert [s["kind"] for s in run.result["verification"]["sets"]] == ["random", "random"]
+
+
+# -- wrong values -------------------------------------------------------------------------
+
+
+def test_wrong_values_fail_with_first_mismatches(tmp_path):
+    body = "return cuda_extension.affine(x, self.weight, self.bias, self.scale * 1.1)"
+    run = evaluate(tmp_path, new=model_new(body))
+    assert_failed(run, "mismatch")
+    sets = run.result["verification"]["sets"]
+    bad = sets[-1]
+    assert bad["ok"] is False and bad["seed_index"] == 0 and bad["mismatches"] > 0, run
+    firsts = bad["first_mismatches"]
+    assert 1 <= len(firsts) <= 5, run
+    for m in firsts:
+        assert len(m["index"]) == 2 and m["output"] == 0
+        assert isinstance(m["got"], float) and isinstance(m["expected"], float)
+        assert m["abs_diff"] == pytest.approx(abs(m["got"] - m["expected"]))
+        assert m["abs_diff"] > 0.01 + 0.01 * abs(m["expected"])
+    assert bad["max_abs_diff"] >= max(m["abs_diff"] for m in firsts)
+    assert "first at output 0 index" in run.failure["message"]
+    assert run.result["timing"] is None  # wrong candidates are not timed
+
+
+def test_nan_position_mismatch_fails(tmp_path):
+    body = """
+    out = cuda_extension.affine(x, self.weight, self.bias, self.scale)
+    out[3, 5] = float("nan")
+    return out
+    """
+    run = evaluate(tmp_path, new=model_new(body))
+    assert_failed(run, "mismatch")
+    bad = run.result["verification"]["sets"][-1]
+    assert bad["mismatches"] == 1, run
+    assert bad["outputs"][0]["nonfinite_mismatches"] == 1
+    first = bad["first_mismatches"][0]
+    assert first["index"] == [3, 5] and first["got"] == "nan" and first["abs_diff"] is None
+    assert "NaN/Inf" in run.failure["message"]
+
+
+def test_inf_sign_mismatch_fails(tmp_path):
+    task = TASK.replace("return torch.tanh(x * self.weight) * self.scale + self.bias",
+                        "return 1.0 / (x * 0.0) + self.bias")  # +-inf, NaN where x is 0
+    ext = "import torch\n\ndef affine(x, w, b, scale):\n    return (1.0 / (x * 0.0)).abs() + b\n"
+    run = evaluate(tmp_path, task=task, ext=ext)
+    assert_failed(run, "mismatch")
+    assert run.result["verification"]["sets"][-1]["outputs"][0]["nonfinite_mismatches"] > 0
+
+
+def test_shape_mismatch_fails(tmp_path):
+    body = "return cuda_extension.affine(x, self.weight, self.bias, self.scale)[:, :-1]"
+    run = evaluate(tmp_path, new=model_new(body))
+    assert_failed(run, "shape")
+    assert run.failure["details"]["got"] == [16, 36]
+    assert run.failure["details"]["expected"] == [16, 37]
+
+
+def test_dtype_mismatch_fails(tmp_path):
+    body = "return cuda_extension.affine(x, self.weight, self.bias, self.scale).double()"
+    run = evaluate(tmp_path, new=model_new(body))
+    assert_failed(run, "dtype")
+
+
+def test_extra_output_fails(tmp_path):
+    body = "out = cuda_extension.affine(x, self.weight, self.bias, self.scale)\nreturn out, out"
+    run = evaluate(tmp_path, new=model_new(body))
+    assert_failed(run, "output_type")
+
+
+def test_tensor_subclass_output_fails(tmp_path):
+    header = ("import torch as _t\n\nclass Lazy(_t.Tensor):\n    pass\n\n")
+    body = "return cuda_extension.affine(x, self.weight, self.bias, self.scale).as_subclass(Lazy)"
+    run = evaluate(tmp_path, new=model_new(body, header=header))
+    assert_failed(run, "output_type")
+    assert "subclass" in run.failure["message"]
+
+
+def test_input_mutation_fails(tmp_path):
+    body = """
+    out = cuda_extension.affine(x, self.weight, self.bias, self.scale)
+    x.mul_(2.0)
+    return out
+    """
+    run = evaluate(tmp_path, new=model_new(body))
+    assert_failed(run, "input_mutated")
+    d = run.failure["details"]
+    assert d["input"] == 0 and d["changed"] > 0
+
+
+def test_reference_that_mutates_its_input_is_tolerated(tmp_path):
+    task = TASK.replace("return torch.tanh(x * self.weight) * self.scale + self.bias",
+                        "x.mul_(1.0)\n        return torch.tanh(x.add_(0.5) * self.weight)"
+                        " * self.scale + self.bias")
+    ext = ("import torch\n\ndef affine(x, w, b, scale):\n"
+           "    return torch.tanh((x + 0.5) * w) * scale + b\n")
+    run = evaluate(tmp_path, task=task, ext=ext, args=["--no-timing"])
+    assert run.rc == 0, run
+    assert run.result["verification"]["reference_mutates_inputs"] == [0]
+
+
+def test_adversarial_set_catches_shortcut(tmp_path):
+    # |x| on positive inputs equals x: a candidate returning x passes get_inputs() alone.
+    task = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.sqrt(x * x)
+
+        def get_inputs():
+            return [torch.rand(8, 64) + 0.1]
+
+        def get_init_inputs():
+            return []
+        """)
+    new = textwrap.dedent("""
+        import torch.nn as nn
+        import cuda_extension
+
+        class ModelNew(nn.Module):
+            def forward(self, x):
+                return cuda_extension.identity(x)
+        """)
+    ext = "def identity(x):\n    return x.clone()\n"
+    run = evaluate(tmp_path, task=task, new=new, ext=ext, args=["--no-timing"])
+    assert_failed(run, "mismatch")
+    assert run.result["verification"]["sets"][-1]["kind"] == "adversarial", run
+    assert all(s["ok"] for s in run.result["verification"]["sets"][:-1])
+
+    # A task may declare that an input's domain forbids such values.
+    declared = task + '\nINPUT_DOMAINS = {"x": "positive"}\n'
+    run = evaluate(tmp_path, task=declared, new=new, ext=ext, args=["--no-timing"])
+    assert run.rc == 0, run
+    adv = run.result["verification"]["adversarial"]
+    assert adv["left_as_drawn"] == {"0": "positive"} and "skipped" in adv
+
+
+# -- precision ----------------------------------------------------------------------------
+
+HALF_BODY = """
+xh, wh = x.half(), self.weight.half()
+return cuda_extension.affine(xh, wh, self.bias.half(), self.scale).float()
+"""
+
+
+def test_reduced_precision_fails_strict(tmp_path):
+    run = evaluate(tmp_path, new=model_new(HALF_BODY))
+    assert_failed(run, "precision")
+    rec = run.result["verification"]["sets"][-1]
+    assert rec["mismatches"] == 0, run  # inside atol/rtol: only the precision rule catches it
+    p = rec["precision"][0]
+    assert p["ok"] is False and p["candidate_rms_err"] > p["threshold"]
+    assert "reduced precision" in run.failure["message"]
+
+
+def test_reduced_precision_passes_tf32(tmp_path):
+    run = evaluate(tmp_path, new=model_new(HALF_BODY), args=["--precision", "tf32"])
+    assert run.rc == 0, run
+    v = run.result["verification"]
+    assert v["precision"] == "tf32" and v["precision_observed"] == "reduced", run
+    assert run.result["timing"]["precision"] == "tf32"
+
+
+def test_fp32_reordering_is_not_reduced_precision(tmp_path):
+    # A legitimate fp32 computation in another order (and via exp) stays within the rule.
+    ext = ("import torch\n\ndef affine(x, w, b, scale):\n"
+           "    e = torch.exp(-2.0 * (x * w))\n"
+           "    return b + scale * ((1.0 - e) / (1.0 + e))\n")
+    task = TASK.replace("torch.randn(16, 37)", "torch.randn(16, 37) * 0.5")
+    run = evaluate(tmp_path, task=task, ext=ext, args=["--no-timing", "--adversarial-sets", "0"])
+    assert run.rc == 0, run
+
+
+def test_tolerance_options(tmp_path):
+    body = "return cuda_extension.affine(x, self.weight, self.bias, self.scale * 1.03)"
+    run = evaluate(tmp_path, new=model_new(body),
+                   args=["--atol", "0.2", "--rtol", "0.2", "--precision", "tf32"])
+    assert run.rc == 0, run
+    assert run.result["verification"]["atol"] == 0.2
+    task = TASK + "\nATOL = 0.2\nRTOL = 0.2\n"
+    run = evaluate(tmp_path, task=task, new=model_new(body), args=["--precision", "tf32"])
+    assert run.rc == 0, run
+    assert run.result["verification"]["rtol"] == 0.2
+
+
+# -- crashes, hangs, exceptions -----------------------------------------------------------
+
+
+def test_exit_is_a_crash(tmp_path):
+    body = "import os\nos._exit(3)"
+    run = evaluate(tmp_path, new=model_new(body))
+    assert_failed(run, "crash")
+    assert run.failure["details"]["exit_code"] == 3
+    assert "status 3" in run.failure["message"]
+    assert run.result["candidate"]["last_stage"] == "verify"
+
+
+def test_segfault_is_a_crash(tmp_path):
+    body = "import ctypes\nctypes.string_at(0)"
+    run = evaluate(tmp_path, new=model_new(body))
+    assert_failed(run, "crash")
+    assert "SIGSEGV" in run.failure["message"], run
+    # faulthandler's dump reaches the report.
+    assert "Fatal Python error" in run.failure["details"]["output_tail"], run
+
+
+def test_crash_in_extension_import(tmp_path):
+    run = evaluate(tmp_path, ext="import os\nos._exit(7)\n")
+    assert_failed(run, "crash")
+    assert run.result["candidate"]["last_stage"] == "load_extension"
+
+
+def test_hang_is_a_timeout(tmp_path):
+    body = "import time\ntime.sleep(1000)"
+    run = evaluate(tmp_path, new=model_new(body), args=["--timeout", "8"])
+    assert_failed(run, "timeout")
+    assert run.seconds < 60, run
+
+
+def test_hang_in_background_child_is_killed(tmp_path):
+    marker = tmp_path / "child.pid"
+    body = f"""
+    import subprocess, sys, time
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
+    open({str(marker)!r}, "w").write(str(p.pid))
+    time.sleep(1000)
+    """
+    run = evaluate(tmp_path, new=model_new(body), args=["--timeout", "8"])
+    assert_failed(run, "timeout")
+    pid = int(marker.read_text())
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the candidate's child {pid} survived the kill")
+
+
+def test_memory_error_is_an_exception(tmp_path):
+    body = "raise MemoryError('pretend allocation failure')"
+    run = evaluate(tmp_path, new=model_new(body))
+    assert_failed(run, "exception")
+    assert "MemoryError" in run.failure["message"]
+    assert "pretend allocation failure" in run.failure["details"]["traceback"]
+
+
+def test_allocator_failure_is_oom(tmp_path):
+    body = "return torch.empty(1 << 62, dtype=torch.uint8)"
+    run = evaluate(tmp_path, new=model_new(body))
+    assert_failed(run, "oom")
+
+
+def test_runtime_error_is_an_exception(tmp_path):
+    run = evaluate(tmp_path, new=model_new("raise RuntimeError('kernel said no')"))
+    assert_failed(run, "exception")
+    assert "kernel said no" in run.failure["message"]
+    assert run.failure["details"]["set"] == 0
+
+
+def test_import_errors(tmp_path):
+    run = evaluate(tmp_path, ext="raise ImportError('undefined symbol: foo')\n")
+    assert_failed(run, "import")
+    assert "undefined symbol" in run.failure["message"]
+    run = evaluate(tmp_path, new="import torch\n\nclass NotIt:\n    pass\n")
+    assert_failed(run, "import")
+    run = evaluate(tmp_path, new="this is not python\n")
+    assert_failed(run, "import")
+
+
+def test_constructor_error_is_build(tmp_path):
+    new = model_new().replace("super().__init__()", "super().__init__()\n        1 / 0")
+    run = evaluate(tmp_path, new=new)
+    assert_failed(run, "build")
+
+
+def test_state_dict_key_mismatch(tmp_path):
+    new = model_new("return cuda_extension.affine(x, self.w, self.bias, self.scale)")
+    new = new.replace("self.weight = ", "self.w = ")
+    run = evaluate(tmp_path, new=new)
+    assert_failed(run, "state_dict")
+    d = run.failure["details"]
+    assert d["missing"] == ["weight"] and d["unexpected"] == ["w"], run
+
+
+def test_state_dict_shape_mismatch(tmp_path):
+    new = model_new().replace("torch.zeros(features))\n        self.register",
+                              "torch.zeros(features + 1))\n        self.register")
+    run = evaluate(tmp_path, new=new)
+    assert_failed(run, "state_dict")
+    assert "size mismatch" in run.failure["message"], run
+
+
+def test_failure_during_timing(tmp_path):
+    # Passes verification, then fails on the first timed call (the 7th forward).
+    header = "_calls = [0]\n"
+    body = """
+    _calls[0] += 1
+    if _calls[0] > 6:
+        raise RuntimeError("only fast when watched")
+    return cuda_extension.affine(x, self.weight, self.bias, self.scale)
+    """
+    run = evaluate(tmp_path, new=model_new(body, header=header))
+    assert_failed(run, "exception", stage="timing")
+    assert len(run.result["verification"]["sets"]) == 6
+
+
+# -- isolation ----------------------------------------------------------------------------
+
+
+def test_candidate_gets_a_clean_environment(tmp_path):
+    body = """
+    import os
+    leaked = [k for k in os.environ if k.startswith(("CUDA_AGENT", "SECRET"))]
+    if leaked or os.getcwd() != os.environ["HOME"]:
+        raise RuntimeError(f"leaked {leaked}, cwd {os.getcwd()}")
+    return cuda_extension.affine(x, self.weight, self.bias, self.scale)
+    """
+    run = evaluate(tmp_path, new=model_new(body), env={"SECRET_TOKEN": "x"},
+                   args=["--no-timing"], subprocess_cli=True)
+    assert run.rc == 0, run
+
+
+def test_candidate_sees_no_reference_outputs_or_seeds(tmp_path):
+    listing = tmp_path / "listing.json"
+    body = f"""
+    import json, os
+    json.dump({{"names": sorted(os.listdir(".")), "job": json.load(open("job.json"))}},
+              open({str(listing)!r}, "w"))
+    return cuda_extension.affine(x, self.weight, self.bias, self.scale)
+    """
+    run = evaluate(tmp_path, new=model_new(body), args=["--no-timing"])
+    assert run.rc == 0, run
+    seen = json.loads(listing.read_text())
+    allowed = {"job.json", "init_inputs.pt", "state_dict.pt"}
+    allowed |= {f"inputs_{i}.pt" for i in range(6)} | {f"outputs_{i}.pt" for i in range(6)}
+    assert set(seen["names"]) <= allowed, seen
+    assert "seed" not in json.dumps(seen["job"]).lower(), seen
+
+
+def test_candidate_dir_is_removed(tmp_path):
+    run = evaluate(tmp_path, args=["--no-timing", "--tmp-dir", str(tmp_path)])
+    assert run.rc == 0, run
+    assert not list(tmp_path.glob("cuda-agent-cand-*"))
+
+
+def test_ext_module_refused_without_testing_env(tmp_path):
+    run = evaluate(tmp_path, testing=False, subprocess_cli=True)
+    assert run.rc == 2, run
+    assert run.failure["kind"] == "usage"
+    assert "CUDA_AGENT_HARNESS_TESTING" in run.stderr
+
+
+def test_usage_errors(tmp_path):
+    run = evaluate(tmp_path, args=["--seeds", "0"])
+    assert run.rc == 2 and run.failure["kind"] == "usage", run
+
+
+def test_task_errors_are_not_the_candidates(tmp_path):
+    task = TASK.replace("return [torch.randn(16, 37)]", "raise ValueError('broken task')")
+    run = evaluate(tmp_path, task=task)
+    assert run.rc == 3, run
+    assert run.failure["kind"] == "task_error" and run.result["stage"] == "setup"
+    assert "broken task" in run.failure["message"]
+
+
+# -- baselines ----------------------------------------------------------------------------
+
+
+def test_baseline_cache(tmp_path):
+    cache = tmp_path / "cache"
+    first = evaluate(tmp_path, args=["--baseline-cache", str(cache)])
+    assert first.rc == 0 and first.result["timing"]["baseline_cached"] is False, first
+    files = list(cache.glob("baseline-*.json"))
+    assert len(files) == 1
+    entry = json.loads(files[0].read_text())
+    assert entry["key"]["precision"] == "strict" and entry["key"]["timing"] == "events"
+    assert len(entry["key"]["task_sha256"]) == 64
+    second = evaluate(tmp_path, args=["--baseline-cache", str(cache)])
+    assert second.rc == 0 and second.result["timing"]["baseline_cached"] is True, second
+    assert second.result["timing"]["eager"] == first.result["timing"]["eager"]
+    # Another precision is another key.
+    third = evaluate(tmp_path, args=["--baseline-cache", str(cache), "--precision", "tf32"])
+    assert third.result["timing"]["baseline_cached"] is False, third
+    assert len(list(cache.glob("baseline-*.json"))) == 2
+
+
+def test_compile_baseline(tmp_path):
+    run = evaluate(tmp_path, compile_baseline=True, timeout=900)
+    assert run.rc == 0, run
+    comp = run.result["timing"]["compile"]
+    # Inductor needs a C++ compiler on the CPU; without one the error is reported, not fatal.
+    assert ("error" in comp) or (comp["n"] >= 10 and comp["compile_s"] > 0), run
+    if "error" not in comp:
+        assert run.result["timing"]["speedup_vs_compile"] > 0
+
+
+@pytest.mark.parametrize("mode", ["events", "kernel"])
+def test_kernel_mode_on_cpu_reports_wall(tmp_path, mode):
+    run = evaluate(tmp_path, args=["--timing", mode])
+    assert run.rc == 0, run
+    cand = run.result["timing"]["candidate"]
+    assert cand["method"] == "wall"
+    assert run.result["timing"]["mode"] == mode
+    if mode == "kernel":
+        assert "note" in cand
+
+
+# -- timing.py directly -------------------------------------------------------------------
+
+
+def test_summarize():
+    s = timing.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert s["median_ms"] == 3.0 and s["mean_ms"] == 3.0 and s["n"] == 5
+    assert s["min_ms"] == 1.0 and s["p10_ms"] == pytest.approx(1.4)
+    assert s["p90_ms"] == pytest.approx(4.6)
+    assert s["stdev_ms"] == pytest.approx(1.5811388)
+    assert s["cv"] == pytest.approx(1.5811388 / 3.0)
+    assert timing.summarize([])["n"] == 0
+
+
+def test_measure_cpu_respects_budget_and_limits():
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        time.sleep(0.002)
+
+    t0 = time.monotonic()
+    stats = timing.measure(fn, lambda: [torch.ones(1)], "cpu", budget_ms=100)
+    took = time.monotonic() - t0
+    assert stats["method"] == "wall" and stats["n"] >= timing.MIN_REPS
+    assert stats["warmup_n"] >= timing.MIN_WARMUP
+    assert 2.0 <= stats["median_ms"] < 50
+    assert took < 2.0
+    assert len(calls) == stats["n"] + stats["warmup_n"]
+
+    stats = timing.measure(lambda x: None, lambda: [1], "cpu", budget_ms=5000)
+    assert stats["n"] == timing.MAX_REPS
+
+
+def test_measure_makes_fresh_inputs_outside_the_timed_region():
+    made = []
+
+    def make():
+        time.sleep(0.003)  # slow input preparation must not count
+        made.append(1)
+        return [torch.zeros(4)]
+
+    stats = timing.measure(lambda x: x.add_(1), make, "cpu", budget_ms=60)
+    assert stats["median_ms"] < 1.0
+    assert len(made) == stats["n"] + stats["warmup_n"]
+
+
+# -- the JSON -----------------------------------------------------------------------------
+
+
+def test_result_json_is_strict_and_has_the_documented_fields(tmp_path):
+    body = """
+    out = cuda_extension.affine(x, self.weight, self.bias, self.scale)
+    out[0, 0] = float("inf")
+    return out
+    """
+    run = evaluate(tmp_path, new=model_new(body))
+    r = run.result  # evaluate() parsed it refusing NaN/Infinity
+    assert set(r) >= {"schema", "ok", "stage", "failure", "verification", "timing", "flags",
+                      "device", "candidate", "elapsed_s"}
+    assert set(r["failure"]) == {"kind", "message", "details"}
+    s = r["verification"]["sets"][-1]
+    assert set(s) >= {"seed_index", "kind", "ok", "max_abs_diff", "mismatches",
+                      "first_mismatches", "outputs"}
+    assert s["first_mismatches"][0]["got"] == "inf"
+
+
+# -- the comparison and precision rules directly -------------------------------------------
+
+
+def test_compare_tensor_counts_and_reports():
+    exp = torch.tensor([[1.0, 2.0, float("nan")], [float("inf"), -1.0, 0.0]])
+    got = exp.clone()
+    rec = ev.compare_tensor(0, got, exp, 1e-2, 1e-2)
+    assert rec["mismatches"] == 0 and rec["nonfinite_mismatches"] == 0
+    assert rec["max_abs_diff"] == 0.0
+    got[0, 1] = 2.5
+    got[1, 0] = float("-inf")
+    got[1, 2] = float("nan")
+    rec = ev.compare_tensor(0, got, exp, 1e-2, 1e-2)
+    assert rec["mismatches"] == 3 and rec["nonfinite_mismatches"] == 2
+    assert [m["index"] for m in rec["first_mismatches"]] == [[0, 1], [1, 0], [1, 2]]
+    assert rec["first_mismatches"][1]["got"] == "-inf"
+    assert rec["first_mismatches"][1]["expected"] == "inf"
+    assert rec["first_mismatches"][0]["abs_diff"] == pytest.approx(0.5)
+    assert rec["max_abs_diff"] == pytest.approx(0.5)
+
+
+def test_compare_tensor_integers_are_exact():
+    exp = torch.arange(10)
+    got = exp.clone()
+    got[7] = 8
+    rec = ev.compare_tensor(0, got, exp, 10.0, 10.0)
+    assert rec["mismatches"] == 1 and rec["first_mismatches"][0]["index"] == [7]
+
+
+def test_first_true_is_chunked_and_ordered():
+    mask = torch.zeros(3 * (1 << 22) + 5, dtype=torch.bool)
+    mask[[5, 1 << 22, (1 << 23) + 1, -1]] = True
+    assert ev.first_true(mask, 3) == [5, 1 << 22, (1 << 23) + 1]
+    assert ev.unravel(7, (2, 3, 2)) == [1, 0, 1]
+
+
+def test_precision_rule_separates_fp32_from_fp16():
+    torch.manual_seed(0)
+    x64 = torch.randn(4096, dtype=torch.float64)
+    ref64 = torch.tanh(x64) * 1.5
+    ref32 = torch.tanh(x64.float()) * 1.5
+    legit = torch.tanh(x64.float()) * torch.tensor(1.5)  # other rounding, same precision
+    legit = legit + torch.randn(4096) * 1e-7
+    half = (torch.tanh(x64.half()) * 1.5).float()
+    assert ev.precision_record(0, legit, ref32, ref64)["ok"] is True
+    rec = ev.precision_record(0, half, ref32, ref64)
+    assert rec["ok"] is False and rec["candidate_rms_err"] > 10 * rec["threshold"] / 10
+    # Exact operations: a zero reference error leaves the floor.
+    exact = ev.precision_record(0, ref32.clone(), ref32, ref32.double())
+    assert exact["ok"] is True and exact["ratio"] is None
+
+
+def test_heavy_tailed_inputs_keep_scale_and_dtype():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.rand(256, 256) * 3.0
+    adv = ev.heavy_tailed_like(x, gen)
+    assert adv.dtype == x.dtype and adv.shape == x.shape
+    assert (adv < 0).any() and (adv > 0).any()
+    assert float(adv.std()) == pytest.approx(float(x.std()), rel=0.2)
+    kurtosis = float(((adv - adv.mean()) ** 4).mean() / adv.var() ** 2)
+    assert kurtosis > 5  # a normal has 3
+    assert float(adv.abs().max()) <= 20 * float(x.std()) * 1.01
+
+
+def test_speed_of_light_flag():
+    s = ev.InputSet(0, "random", [torch.zeros(1 << 20)], torch.device("cpu"))
+    s.ref = [torch.zeros(1 << 20)]
+    dev = {"type": "cuda", "name": "NVIDIA H200"}
+    sol = ev.speed_of_light(dev, s, 0, 0.0001)
+    assert sol["bytes"] == 8 << 20 and sol["peak_bytes_per_s"] == 4.8e12
+    assert sol["sol_ms"] == pytest.approx((8 << 20) / 4.8e12 * 1e3)
+    assert sol["flagged"] is True
+    assert ev.speed_of_light(dev, s, 0, 1.0)["flagged"] is False
+    assert ev.speed_of_light({"type": "cuda", "name": "NVIDIA H100 PCIe"}, s, 0, 1.0)[
+        "peak_bytes_per_s"] == 2.0e12
+    assert ev.speed_of_light({"type": "cuda", "name": "Mystery"}, s, 0, 1e-9)["flagged"] is False
+
+
+def test_prewarmed_candidate_protocol(tmp_path):
+    """candidate.py --prewarm: 'ready' first, then the job directory from stdin."""
+    run = evaluate(tmp_path, args=["--no-timing", "--keep-temp", "--tmp-dir", str(tmp_path)])
+    assert run.rc == 0, run
+    (job_dir,) = tmp_path.glob("cuda-agent-cand-*")
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "harness" / "candidate.py"),
+                             "--prewarm", "--device", "cpu", "--report-fd", str(w)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, pass_fds=(w,), cwd=tmp_path)
+    os.close(w)
+    with os.fdopen(r, "rb") as channel:
+        first = json.loads(channel.readline())
+        assert first == {"type": "ready"}
+        proc.stdin.write(f"{job_dir}\nstop\n".encode())
+        proc.stdin.flush()
+        messages = [json.loads(line) for line in channel]
+    assert proc.wait(timeout=120) == 0, proc.stdout.read()
+    kinds = [m["type"] for m in messages]
+    assert kinds.count("set") == 6 and kinds[-1] == "verified", messages
+    stages = [m["stage"] for m in messages if m["type"] == "stage"]
+    assert stages == ["init", "load_extension", "import_model_new", "build",
+                      "load_state_dict", "verify"], stages
+    sets = [m for m in messages if m["type"] == "set"]
+    assert sets[0]["outputs"] == [{"kind": "tensor", "shape": [16, 37],
+                                   "dtype": "torch.float32", "device": "cpu",
+                                   "type": "torch.Tensor"}]
+    assert (job_dir / "outputs_5.pt").is_file()

@@ -1,0 +1,198 @@
+"""Tests of harness/policy_model_new.py, the static policy for model_new.py.
+
+Every file under tests/eval/policy/model_new/ok/ and every reference solution's model_new.py must
+pass; every file under tests/eval/policy/model_new/bad/ must report exactly the "rule:line" pairs
+of its .expect file. The script is run the way the evaluator runs it (python3 -I -S -B - PATH,
+the script on stdin) and needs nothing but the standard library: no torch.
+"""
+
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "harness" / "policy_model_new.py"
+FIXTURES = ROOT / "tests" / "eval" / "policy" / "model_new"
+OK = sorted((FIXTURES / "ok").glob("*.py")) + \
+    sorted((ROOT / "examples" / "solutions").glob("*/model_new.py"))
+BAD = sorted((FIXTURES / "bad").glob("*.py"))
+
+# the ids the C side (src/eval/policy.c) knows; an unknown one fails the check there
+RULES = {"syntax", "import", "builtin", "dunder", "fallback", "with", "decorator", "scope",
+         "class", "state", "structure", "generator", "torch-compute", "stream", "file-size"}
+
+
+def run(path):
+    proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-", str(path)],
+                          input=SCRIPT.read_bytes(), capture_output=True, timeout=60)
+    return proc
+
+
+def verdict(path):
+    proc = run(path)
+    assert proc.returncode in (0, 2), proc.stderr.decode()
+    data = json.loads(proc.stdout)
+    for v in data["violations"]:
+        assert set(v) == {"line", "rule", "message"}
+        assert v["rule"] in RULES, v
+        assert isinstance(v["line"], int) and v["line"] >= 1
+        assert v["message"]
+    return proc.returncode, data
+
+
+def pairs(data):
+    return sorted({"%s:%d" % (v["rule"], v["line"]) for v in data["violations"]})
+
+
+def test_enough_fixtures():
+    assert len(OK) >= 5
+    assert len(BAD) >= 20
+
+
+@pytest.mark.parametrize("path", OK, ids=[str(p.relative_to(ROOT)) for p in OK])
+def test_ok_passes(path):
+    code, data = verdict(path)
+    assert code == 0
+    assert data["violations"] == [], data
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_bad_reports_expected(path):
+    expect = path.with_suffix(".expect")
+    want = sorted({line.strip() for line in expect.read_text().splitlines() if line.strip()})
+    assert want, f"{expect} lists nothing"
+    code, data = verdict(path)
+    assert code == (2 if "syntax:" in " ".join(want) else 0)
+    assert pairs(data) == want, json.dumps(data, indent=1)
+
+
+def write(tmp_path, text, name="model_new.py"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+HEADER = "import torch\nimport torch.nn as nn\nimport cuda_extension\n\n\n"
+
+
+def check(tmp_path, body):
+    return pairs(verdict(write(tmp_path, HEADER + body))[1])
+
+
+def test_aliases_do_not_hide_torch(tmp_path):
+    src = ("import torch as T\nfrom torch import nn as N\nimport cuda_extension as ext\n\n\n"
+           "class ModelNew(N.Module):\n"
+           "    def forward(self, x):\n"
+           "        y = ext.f(x)\n"
+           "        z = T.tanh(y)\n"
+           "        return N.functional.relu(z)\n")
+    assert pairs(verdict(write(tmp_path, src))[1]) == ["torch-compute:10", "torch-compute:9"]
+
+
+def test_locals_named_like_builtins_are_fine(tmp_path):
+    body = ("class ModelNew(nn.Module):\n"
+            "    def forward(self, input, type=0):\n"
+            "        id = cuda_extension.f(input, type)\n"
+            "        return id\n")
+    assert check(tmp_path, body) == []
+
+
+def test_tensor_values_and_python_values(tmp_path):
+    body = ("class ModelNew(nn.Module):\n"
+            "    def __init__(self, k):\n"
+            "        super().__init__()\n"
+            "        self.k = k\n"
+            "        self.w = nn.Parameter(torch.randn(k, k) * 0.02)\n"
+            "    def forward(self, x):\n"
+            "        n = x.shape[0] * self.k + len(x) - x.numel() // 2\n"   # line 12: fine
+            "        out = cuda_extension.f(x, self.w, n)\n"
+            "        print(x.shape, n)\n"                                   # 14: fine
+            "        print(out)\n"                                          # 15: host copy
+            "        s = f'{out}'\n"                                        # 16: host copy
+            "        a, b = out\n"                                          # 17: tuple result
+            "        return x.T, self.w @ out\n")                           # 18: two computes
+    assert check(tmp_path, body) == ["torch-compute:15", "torch-compute:16", "torch-compute:18"]
+
+
+def test_results_in_containers_stay_tensors(tmp_path):
+    body = ("class ModelNew(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        outs = []\n"
+            "        outs.append(cuda_extension.f(x))\n"
+            "        total = sum(outs)\n"                                   # 10: adds tensors
+            "        d = {'a': x}\n"
+            "        return d['a'] * 2, total\n")                           # 12
+    assert check(tmp_path, body) == ["torch-compute:10", "torch-compute:12"]
+
+
+def test_functions_passed_as_values_are_checked(tmp_path):
+    body = ("def twice(t):\n"
+            "    return t + t\n"                                            # 7
+            "\n\n"
+            "class ModelNew(nn.Module):\n"
+            "    def forward(self, *xs):\n"
+            "        ys = sorted(xs, key=twice)\n"                          # 12: compares
+            "        return cuda_extension.f(*ys)\n")
+    assert check(tmp_path, body) == ["torch-compute:12", "torch-compute:7"]
+
+
+def test_unreachable_helpers_are_not_judged_as_forward(tmp_path):
+    body = ("def get_inputs():\n"
+            "    return [torch.randn(4, 4) * 2]\n"
+            "\n\n"
+            "class ModelNew(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return cuda_extension.f(x)\n")
+    assert check(tmp_path, body) == []
+
+
+def test_syntax_errors_and_bad_encoding(tmp_path):
+    code, data = verdict(write(tmp_path, "def f(:\n    pass\n"))
+    assert code == 2 and pairs(data) == ["syntax:1"]
+    p = tmp_path / "enc.py"
+    p.write_bytes(b"x = 1\ny = '\xff'\n")
+    code, data = verdict(p)
+    assert code == 2 and pairs(data) == ["syntax:2"]
+    p = tmp_path / "nul.py"
+    p.write_bytes(b"x = 1\0\n")
+    code, data = verdict(p)
+    assert code == 2 and [v["rule"] for v in data["violations"]] == ["syntax"]
+
+
+def test_unreadable_file_is_exit_2_without_json(tmp_path):
+    proc = run(tmp_path / "missing.py")
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+    assert b"cannot read" in proc.stderr
+
+
+def test_many_violations_are_capped(tmp_path):
+    lines = "".join("        exec('%d')\n" % i for i in range(250))
+    body = "class ModelNew(nn.Module):\n    def forward(self, x):\n" + lines + \
+        "        return cuda_extension.f(x)\n"
+    code, data = verdict(write(tmp_path, HEADER + body))
+    assert code == 0
+    assert len(data["violations"]) == 200
+    assert data["truncated"] == 50
+
+
+def test_deep_nesting_is_an_input_error_not_a_crash(tmp_path):
+    expr = "(" * 150 + "x" + ")" * 150
+    body = "class ModelNew(nn.Module):\n    def forward(self, x):\n        return " + expr + "\n"
+    proc = run(write(tmp_path, HEADER + body))
+    assert proc.returncode in (0, 2), proc.stderr.decode()
+
+
+def test_script_needs_only_the_standard_library():
+    tree = ast.parse(SCRIPT.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module)
+    assert imported <= {"ast", "json", "sys"}, imported

@@ -1,0 +1,1487 @@
+/*
+ * test_compile.c - the compile pool (src/eval/compile*.c): real nvcc runs on
+ * the example kernels and small fixtures, the object and module cache, error
+ * trimming, timeouts, sandboxed compilers, concurrent builds sharing a
+ * cache, and the binding path through a fake PyTorch
+ * (tests/eval/compile/fake_torch: stub headers and a fake python3 that prints
+ * the toolchain probe's JSON; stub libraries are made here), so that the
+ * precompiled header, bindings and link run without PyTorch.
+ *
+ * Cases that need nvcc print "SKIP: ..." and pass when it is missing.
+ */
+#include "test.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/buf.h"
+#include "core/fs.h"
+#include "core/json.h"
+#include "core/proc.h"
+#include "core/util.h"
+#include "eval/compile.h"
+#include "eval/compile_internal.h"
+#include "sandbox/sandbox.h"
+#include "core/banned.h"
+
+#define SOFTMAX "examples/solutions/softmax_last_dim/kernels/softmax_last_dim.cu"
+
+static char *repo_path(const char *rel)
+{
+    char *root = realpath(test_repo(), NULL);
+    REQUIRE(root);
+    char *p = xstrfmt("%s/%s", root, rel);
+    free(root);
+    return p;
+}
+
+static char *fixture(const char *rel)
+{
+    char *r = xstrfmt("tests/eval/compile/%s", rel);
+    char *p = repo_path(r);
+    free(r);
+    return p;
+}
+
+static bool have_nvcc(void)
+{
+    char *p = proc_which("nvcc");
+    if (!p && access("/usr/local/cuda/bin/nvcc", X_OK) == 0)
+        p = xstrdup("/usr/local/cuda/bin/nvcc");
+    if (!p) {
+        printf("SKIP: nvcc not found in PATH or /usr/local/cuda/bin\n");
+        return false;
+    }
+    free(p);
+    return true;
+}
+
+static bool have_sandbox(void)
+{
+    struct ca_err why = {0};
+    if (sandbox_supported(&why))
+        return true;
+    printf("SKIP: no sandbox here: %s\n", why.msg);
+    return false;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    struct ca_err err = {0};
+    REQUIRE(fs_write_atomic(path, text, strlen(text), 0644, &err) == 0);
+}
+
+static char *read_text(const char *path)
+{
+    struct buf b;
+    buf_init(&b, 64 * 1024 * 1024);
+    struct ca_err err = {0};
+    REQUIRE(fs_read_file(path, b.max, &b, &err) == 0);
+    return buf_detach(&b, NULL);
+}
+
+/* A snapshot directory <tmp>/<name> with an empty kernels/. */
+static char *snapshot(const char *name)
+{
+    char *dir = xstrfmt("%s/%s", test_tmpdir(), name);
+    char *k = xstrfmt("%s/kernels", dir);
+    struct ca_err err = {0};
+    REQUIRE(fs_mkdirs(k, 0755, &err) == 0);
+    free(k);
+    return dir;
+}
+
+/* Copy a file (repository-relative, or a fixture "src/NAME") into snap/kernels/dest. */
+static void put_file(const char *snap, const char *dest, const char *from_repo)
+{
+    char *src = repo_path(from_repo);
+    char *text = read_text(src);
+    char *dst = xstrfmt("%s/kernels/%s", snap, dest);
+    write_text(dst, text);
+    free(src);
+    free(text);
+    free(dst);
+}
+
+static void put_text(const char *snap, const char *dest, const char *text)
+{
+    char *dst = xstrfmt("%s/kernels/%s", snap, dest);
+    write_text(dst, text);
+    free(dst);
+}
+
+static void base_opts(struct compile_opts *o, const char *cache)
+{
+    compile_opts_init(o);
+    o->use_sandbox = false;
+    o->cache_dir = cache;
+}
+
+/* A python3 without PyTorch: .cu files build, bindings cannot. */
+static void no_torch(struct compile_opts *o)
+{
+    static char *py;
+    if (!py)
+        py = fixture("fake_python_notorch");
+    o->python = py;
+}
+
+/* Stub libc10.so & co. in dir (torch_cuda and c10_cuda left out, as in a CPU-only torch). */
+static void make_stub_libs(const char *dir)
+{
+    struct ca_err err = {0};
+    REQUIRE(fs_mkdirs(dir, 0755, &err) == 0);
+    static const char *const names[] = {"c10", "torch", "torch_cpu", "torch_python"};
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+        char *out = xstrfmt("%s/lib%s.so", dir, names[i]);
+        const char *argv[] = {"cc", "-shared", "-o", out, "-x", "c", "/dev/null", NULL};
+        struct proc_opts po = {.argv = argv, .timeout_ms = 30000};
+        struct proc_result r;
+        proc_result_init(&r);
+        REQUIRE(proc_run(&po, &r, &err) == 0);
+        CHECK(proc_ok(&r));
+        proc_result_release(&r);
+        free(out);
+    }
+}
+
+/* The fake PyTorch of tests/eval/compile, with stub libraries in lib_dir. */
+static void fake_torch(struct compile_opts *o, const char *lib_dir)
+{
+    static char *py;
+    make_stub_libs(lib_dir);
+    setenv("FAKE_TORCH_LIB", lib_dir, 1);
+    if (!py)
+        py = fixture("fake_python");
+    o->python = py;
+}
+
+static const struct compile_unit_report *unit(const struct compile_report *r, const char *name)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->units[i].name, name) == 0)
+            return &r->units[i];
+    test__fail(__FILE__, __LINE__, "no unit %s in the report", name);
+    test__abort_case();
+}
+
+static int build(const struct compile_opts *o, const char *snap, const char *out_so,
+                 struct compile_report *r, struct ca_err *err)
+{
+    err_clear(err);
+    int rc = compile_build(o, snap, out_so, r, err);
+    if (rc && rc != CA_EUNAVAIL)
+        fprintf(stderr, "  compile_build: %s\n", err->msg);
+    return rc;
+}
+
+static size_t count_lines(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static size_t count_files(const char *dir)
+{
+    char *cmd = xstrfmt("find '%s' -type f | wc -l", dir);
+    const char *argv[] = {"sh", "-c", cmd, NULL};
+    struct proc_opts po = {.argv = argv, .timeout_ms = 10000};
+    struct proc_result r;
+    proc_result_init(&r);
+    struct ca_err err = {0};
+    REQUIRE(proc_run(&po, &r, &err) == 0);
+    size_t n = strtoul(r.out.data, NULL, 10);
+    proc_result_release(&r);
+    free(cmd);
+    return n;
+}
+
+/* ---- .cu objects and the cache ---- */
+
+TEST(cu_objects_built_then_cached)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "softmax_last_dim.cu", SOFTMAX);
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    no_torch(&o);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    const struct compile_unit_report *u = unit(&r, "kernels/softmax_last_dim.cu");
+    CHECK(u->ok);
+    CHECK(!u->cached);
+    CHECK(u->elapsed_us > 0);
+    CHECK_EQ(strlen(u->key), HASH128_HEX_LEN);
+    char *obj = xstrfmt("%s/objects/%.2s/%s.o", cache, u->key, u->key);
+    CHECK(fs_is_file(obj));
+    int64_t cold = r.total_us;
+    printf("  nvcc of softmax_last_dim.cu, cold: %.2f s (unit %.2f s)\n", cold / 1e6,
+           u->elapsed_us / 1e6);
+
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    u = unit(&r, "kernels/softmax_last_dim.cu");
+    CHECK(u->ok);
+    CHECK(u->cached);
+    CHECK_EQ(u->elapsed_us, 0);
+    printf("  the same build, cached: %.1f ms\n", r.total_us / 1e3);
+    CHECK(r.total_us * 5 < cold);
+    /* Nothing is left behind in tmp/. */
+    char *tmp = xstrfmt("%s/tmp", cache);
+    CHECK_EQ(count_files(tmp), 0);
+    free(tmp);
+    free(obj);
+    compile_report_release(&r);
+    free(cache);
+    free(snap);
+}
+
+TEST(changed_cu_rebuilds_only_that_unit)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "softmax_last_dim.cu", SOFTMAX);
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    no_torch(&o);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK(unit(&r, "kernels/add.cu")->ok);
+    CHECK(unit(&r, "kernels/softmax_last_dim.cu")->ok);
+    char key[HASH128_HEX_LEN + 1];
+    memcpy(key, unit(&r, "kernels/add.cu")->key, sizeof(key));
+
+    put_text(snap, "add.cu", "extern \"C\" int add_launch(int a, int b) { return b + a; }\n");
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK(unit(&r, "kernels/softmax_last_dim.cu")->cached);
+    CHECK(!unit(&r, "kernels/add.cu")->cached);
+    CHECK(unit(&r, "kernels/add.cu")->ok);
+    CHECK(strcmp(unit(&r, "kernels/add.cu")->key, key) != 0);
+    compile_report_release(&r);
+    free(cache);
+    free(snap);
+}
+
+TEST(unit_including_another_unit_follows_it)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_text(snap, "a.cu",
+             "#include \"b.cu\"\nextern \"C\" int a_fn(void) { return b_value(); }\n");
+    put_text(snap, "b.cu", "static int b_value(void) { return 1; }\n");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    no_torch(&o);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK(unit(&r, "kernels/a.cu")->ok);
+    put_text(snap, "b.cu", "static int b_value(void) { return 2; }\n");
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    /* a.cu did not change, but what it includes did. */
+    CHECK(!unit(&r, "kernels/a.cu")->cached);
+    compile_report_release(&r);
+    free(cache);
+    free(snap);
+}
+
+TEST(syntax_error_trimmed_with_workspace_names)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "bad.cu", "tests/eval/compile/src/bad.cu");
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), 0);
+    CHECK(!r.ok);
+    CHECK(!r.link_ok);
+    CHECK(!unit(&r, "kernels/bad.cu")->ok);
+    CHECK(unit(&r, "kernels/add.cu")->ok);
+    CHECK_CONTAINS(r.errors.data, "kernels/bad.cu:6: error: expected a \";\"");
+    CHECK_CONTAINS(unit(&r, "kernels/bad.cu")->log.data, "kernels/bad.cu:6: error");
+    CHECK(!strstr(r.errors.data, cache));
+    CHECK(!strstr(r.errors.data, "/workspace"));
+    CHECK(!strstr(r.errors.data, "errors detected in the compilation"));
+    CHECK(count_lines(r.errors.data) <= COMPILE_ERROR_LINES + 1);
+    CHECK_CONTAINS(r.full_log.data, "== kernels/bad.cu (exit ");
+    CHECK(r.so_path == NULL);
+    json_t *j = compile_report_to_json(&r);
+    REQUIRE(j);
+    CHECK(json_is_false(json_object_get(j, "ok")));
+    CHECK_CONTAINS(json_string_value(json_object_get(j, "errors")), "kernels/bad.cu:6:");
+    json_decref(j);
+    compile_report_release(&r);
+    free(lib);
+    free(cache);
+    free(snap);
+}
+
+TEST(include_outside_snapshot_unsandboxed)
+{
+    if (!have_nvcc())
+        return;
+    char *outside = xstrfmt("%s/outside.h", test_tmpdir());
+    write_text(outside, "#define OUTSIDE_VALUE 7\n");
+    char *snap = snapshot("snap");
+    char *src =
+        xstrfmt("#include \"%s\"\nextern \"C\" int v(void) { return OUTSIDE_VALUE; }\n", outside);
+    put_text(snap, "inc.cu", src);
+    put_text(snap, "etc.cu", "#include \"/etc/hostname\"\n");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    no_torch(&o);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    /* Without a sandbox the compiler reads what the host lets it: the point of sandboxing. */
+    CHECK(unit(&r, "kernels/inc.cu")->ok);
+    if (fs_is_file("/etc/hostname"))
+        CHECK(!unit(&r, "kernels/etc.cu")->ok); /* a host name is no C++ */
+    compile_report_release(&r);
+    free(cache);
+    free(src);
+    free(snap);
+    free(outside);
+}
+
+TEST(include_outside_snapshot_sandboxed)
+{
+    if (!have_nvcc() || !have_sandbox())
+        return;
+    char *outside = xstrfmt("%s/outside.h", test_tmpdir());
+    write_text(outside, "#define OUTSIDE_VALUE 7\n");
+    char *snap = snapshot("snap");
+    char *src =
+        xstrfmt("#include \"%s\"\nextern \"C\" int v(void) { return OUTSIDE_VALUE; }\n", outside);
+    put_text(snap, "inc.cu", src);
+    put_text(snap, "shadow.cu", "#include \"/etc/shadow\"\n");
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    o.use_sandbox = true;
+    no_torch(&o);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK(unit(&r, "kernels/add.cu")->ok);
+    CHECK(!unit(&r, "kernels/inc.cu")->ok);
+    CHECK(!unit(&r, "kernels/shadow.cu")->ok);
+    /* nvcc preprocesses with the host compiler, which says so. */
+    CHECK_CONTAINS(unit(&r, "kernels/inc.cu")->log.data, "kernels/inc.cu:1:10: fatal error: ");
+    CHECK_CONTAINS(unit(&r, "kernels/inc.cu")->log.data, "outside.h: No such file or directory");
+    CHECK_CONTAINS(unit(&r, "kernels/shadow.cu")->log.data,
+                   "fatal error: /etc/shadow: No such file or directory");
+    CHECK(!strstr(r.full_log.data, "root:"));
+    compile_report_release(&r);
+    free(cache);
+    free(src);
+    free(snap);
+    free(outside);
+}
+
+TEST(timeout_kills_the_compiler)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "softmax_last_dim.cu", SOFTMAX);
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    no_torch(&o);
+    o.timeout_ms = 300;
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    int64_t t0 = ca_now_us();
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK(ca_now_us() - t0 < 5 * 1000000);
+    const struct compile_unit_report *u = unit(&r, "kernels/softmax_last_dim.cu");
+    CHECK(!u->ok);
+    CHECK(u->timed_out);
+    CHECK_CONTAINS(u->log.data, "kernels/softmax_last_dim.cu: nvcc timed out after 300 ms");
+    CHECK_CONTAINS(r.errors.data, "timed out");
+    /* Nothing half-written entered the cache. */
+    char *objects = xstrfmt("%s/objects", cache);
+    CHECK_EQ(count_files(objects), 0);
+    free(objects);
+    compile_report_release(&r);
+    free(cache);
+    free(snap);
+}
+
+TEST(timeout_in_sandbox)
+{
+    if (!have_nvcc() || !have_sandbox())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "softmax_last_dim.cu", SOFTMAX);
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    o.use_sandbox = true;
+    no_torch(&o);
+    o.timeout_ms = 400;
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    int64_t t0 = ca_now_us();
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK(ca_now_us() - t0 < 5 * 1000000);
+    CHECK(unit(&r, "kernels/softmax_last_dim.cu")->timed_out);
+    compile_report_release(&r);
+    free(cache);
+    free(snap);
+}
+
+TEST(no_torch_is_unavailable_after_the_cu_files)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    no_torch(&o);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK_CONTAINS(err.msg, "PyTorch is not importable by ");
+    CHECK_CONTAINS(err.msg, "(needed to build bindings): install it or set CUDA_AGENT_PYTHON");
+    CHECK_CONTAINS(err.msg, "No module named 'torch'");
+    CHECK_EQ(r.n, 3);
+    CHECK(unit(&r, "kernels/add.cu")->ok);
+    CHECK(!unit(&r, "kernels/add_binding.cpp")->ok);
+    CHECK(!unit(&r, "binding.cpp")->ok);
+    CHECK_CONTAINS(unit(&r, "binding.cpp")->log.data, "not built: PyTorch is not importable");
+    CHECK_CONTAINS(r.errors.data, "PyTorch is not importable");
+    CHECK(!r.ok);
+    compile_report_release(&r);
+    free(cache);
+    free(snap);
+}
+
+/* ---- bindings, precompiled header and link (fake torch) ---- */
+
+/* The one entry in cache/pch/ (a directory named by its key). */
+static char *pch_entry(const char *cache)
+{
+    char *cmd = xstrfmt("ls -d '%s'/pch/*/", cache);
+    const char *argv[] = {"sh", "-c", cmd, NULL};
+    struct proc_opts po = {.argv = argv, .timeout_ms = 10000};
+    struct proc_result r;
+    proc_result_init(&r);
+    struct ca_err err = {0};
+    REQUIRE(proc_run(&po, &r, &err) == 0);
+    buf_rtrim(&r.out);
+    REQUIRE(r.out.len > 1 && !strchr(r.out.data, '\n'));
+    buf_truncate(&r.out, r.out.len - 1); /* the trailing slash */
+    char *dir = xstrdup(r.out.data);
+    proc_result_release(&r);
+    free(cmd);
+    return dir;
+}
+
+TEST(bindings_pch_link_and_module_cache)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    char *out = xstrfmt("%s/cuda_extension.so", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+
+    REQUIRE(build(&o, snap, out, &r, &err) == 0);
+    if (!r.ok)
+        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", r.errors.data, r.full_log.data);
+    CHECK(r.ok);
+    CHECK(r.link_ok);
+    CHECK(!r.link_cached);
+    CHECK(r.pch_built);
+    CHECK(r.pch_used);
+    CHECK(unit(&r, "kernels/add_binding.cpp")->used_pch);
+    CHECK(unit(&r, "binding.cpp")->used_pch);
+    CHECK(!unit(&r, "kernels/add.cu")->used_pch);
+    CHECK_EQ(unit(&r, "binding.cpp")->role, COMPILE_ROLE_REGISTRY);
+    CHECK_EQ(unit(&r, "kernels/add_binding.cpp")->role, COMPILE_ROLE_BINDING);
+    REQUIRE(r.so_path);
+    CHECK_STR(r.so_path, out);
+    CHECK_EQ(r.errors.len, 0);
+    printf("  fake-torch build: total %.2f s, pch %.2f s, link %.1f ms\n", r.total_us / 1e6,
+           r.pch_us / 1e6, r.link_us / 1e3);
+
+    /* The module loads, and its launcher runs. */
+    void *h = dlopen(out, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        fprintf(stderr, "  dlopen: %s\n", dlerror());
+    REQUIRE(h);
+    int (*add)(int, int) = (int (*)(int, int))dlsym(h, "add_launch");
+    REQUIRE(add);
+    CHECK_EQ(add(2, 3), 5);
+    CHECK(dlsym(h, "PyInit_" COMPILE_MODULE_NAME) != NULL);
+    dlclose(h);
+
+    /* Unchanged: every object and the module itself from the cache. */
+    char so_key[HASH128_HEX_LEN + 1];
+    memcpy(so_key, r.so_key, sizeof(so_key));
+    REQUIRE(build(&o, snap, out, &r, &err) == 0);
+    CHECK(r.ok);
+    CHECK(r.link_cached);
+    CHECK(!r.pch_built);
+    for (size_t i = 0; i < r.n; i++)
+        CHECK(r.units[i].cached);
+    CHECK_STR(r.so_key, so_key);
+
+    /* Only into the cache: so_path names the cached module. */
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    REQUIRE(r.so_path);
+    CHECK_CONTAINS(r.so_path, "/so/");
+    CHECK(fs_is_file(r.so_path));
+
+    /* A new binding: compiled alone, with the existing precompiled header; relinked. */
+    put_text(snap, "mul_binding.cpp",
+             "#include \"binding_registry.h\"\nstatic int mul(int a, int b) { return a * b; }\n"
+             "static void bind(pybind11::module_ &m) { m.def(\"mul\", &mul); }\n"
+             "REGISTER_BINDING(\"mul\", bind);\n");
+    REQUIRE(build(&o, snap, out, &r, &err) == 0);
+    CHECK(r.ok);
+    CHECK(!r.pch_built);
+    CHECK(!unit(&r, "kernels/mul_binding.cpp")->cached);
+    CHECK(unit(&r, "kernels/mul_binding.cpp")->used_pch);
+    CHECK(unit(&r, "kernels/add_binding.cpp")->cached);
+    CHECK(unit(&r, "kernels/add.cu")->cached);
+    CHECK(!r.link_cached);
+    CHECK(strcmp(r.so_key, so_key) != 0);
+
+    compile_report_release(&r);
+    free(out);
+    free(lib);
+    free(cache);
+    free(snap);
+}
+
+TEST(warm_builds_the_pch_ahead)
+{
+    if (!have_nvcc())
+        return;
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct ca_err err = {0};
+    REQUIRE(compile_warm(&o, &err) == 0);
+    char *entry = pch_entry(cache);
+    char *gch = xstrfmt("%s/pch.h.gch", entry);
+    CHECK(fs_is_file(gch));
+    char *snap = snapshot("snap");
+    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    struct compile_report r;
+    compile_report_init(&r);
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    CHECK(r.ok);
+    CHECK(!r.pch_built);
+    CHECK(r.pch_used);
+    compile_report_release(&r);
+    /* Without PyTorch there is nothing to warm. */
+    no_torch(&o);
+    CHECK_EQ(compile_warm(&o, &err), CA_EUNAVAIL);
+    free(snap);
+    free(gch);
+    free(entry);
+    free(lib);
+    free(cache);
+}
+
+TEST(bindings_without_pch)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    o.use_pch = false;
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    CHECK(r.ok);
+    CHECK(!r.pch_used);
+    CHECK(!r.pch_built);
+    char key[HASH128_HEX_LEN + 1];
+    memcpy(key, unit(&r, "kernels/add_binding.cpp")->key, sizeof(key));
+    /* The precompiled header is an accelerator: objects are shared either way. */
+    o.use_pch = true;
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    CHECK(unit(&r, "kernels/add_binding.cpp")->cached);
+    CHECK_STR(unit(&r, "kernels/add_binding.cpp")->key, key);
+    compile_report_release(&r);
+    free(lib);
+    free(cache);
+    free(snap);
+}
+
+TEST(pch_damaged_or_refused)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    CHECK(r.ok && r.pch_built);
+    char *entry = pch_entry(cache);
+
+    /* A damaged .gch: gcc says it is not a PCH file and parses the header instead. */
+    char *gch = xstrfmt("%s/pch.h.gch", entry);
+    REQUIRE(chmod(gch, 0644) == 0);
+    write_text(gch, "garbage");
+    put_text(snap, "one_binding.cpp",
+             "#include \"binding_registry.h\"\nstatic int one() { return 1; }\n"
+             "static void bind(pybind11::module_ &m) { m.def(\"one\", &one); }\n"
+             "REGISTER_BINDING(\"one\", bind);\n");
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    CHECK(r.ok);
+    CHECK(unit(&r, "kernels/one_binding.cpp")->ok);
+    CHECK_CONTAINS(unit(&r, "kernels/one_binding.cpp")->log.data, "pch/pch.h.gch");
+    CHECK(!unit(&r, "kernels/one_binding.cpp")->used_pch);
+
+    /* A header gcc refused before is not tried again: bindings compile without one. */
+    struct ca_err e2 = {0};
+    REQUIRE(fs_remove_tree(entry, &e2) == 0);
+    char *failed = xstrfmt("%s.failed", entry);
+    write_text(failed, "error: refused\n");
+    put_text(snap, "two_binding.cpp",
+             "#include \"binding_registry.h\"\nstatic int two() { return 2; }\n"
+             "static void bind(pybind11::module_ &m) { m.def(\"two\", &two); }\n"
+             "REGISTER_BINDING(\"two\", bind);\n");
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    CHECK(r.ok);
+    CHECK(!r.pch_built);
+    CHECK(!r.pch_used);
+    CHECK(!unit(&r, "kernels/two_binding.cpp")->used_pch);
+    CHECK(!fs_exists(entry));
+    compile_report_release(&r);
+    free(failed);
+    free(gch);
+    free(entry);
+    free(lib);
+    free(cache);
+    free(snap);
+}
+
+TEST(binding_error_trimmed)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "bad_binding.cpp", "tests/eval/compile/src/bad_binding.cpp");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    CHECK(!r.ok);
+    CHECK(unit(&r, "binding.cpp")->ok);
+    CHECK(!unit(&r, "kernels/bad_binding.cpp")->ok);
+    CHECK_CONTAINS(r.errors.data, "kernels/bad_binding.cpp:6:");
+    CHECK_CONTAINS(r.errors.data, "error: 'undefined_in_binding' was not declared");
+    /* Not blamed on the precompiled header: no retry. */
+    CHECK(unit(&r, "kernels/bad_binding.cpp")->used_pch);
+    CHECK(!strstr(r.full_log.data, "retried without"));
+    compile_report_release(&r);
+    free(lib);
+    free(cache);
+    free(snap);
+}
+
+TEST(link_error_names_units)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    put_file(snap, "dup.cu", "tests/eval/compile/src/dup.cu");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    CHECK(!r.ok);
+    CHECK(!r.link_ok);
+    for (size_t i = 0; i < r.n; i++)
+        CHECK(r.units[i].ok);
+    CHECK_CONTAINS(r.errors.data, "link of cuda_extension failed");
+    /* GNU ld: "multiple definition of `add_launch'"; lld: "duplicate symbol: add_launch". */
+    CHECK(strstr(r.errors.data, "multiple definition of `add_launch'") ||
+          strstr(r.errors.data, "duplicate symbol: add_launch"));
+    CHECK_CONTAINS(r.errors.data, "kernels/add.cu.o");
+    CHECK_CONTAINS(r.errors.data, "kernels/dup.cu.o");
+    CHECK(!strstr(r.errors.data, cache));
+    compile_report_release(&r);
+    free(lib);
+    free(cache);
+    free(snap);
+}
+
+TEST(cublas_linked_only_when_used)
+{
+    if (!have_nvcc())
+        return;
+    char *readelf = proc_which("readelf");
+    if (!readelf) {
+        printf("SKIP: readelf not found\n");
+        return;
+    }
+    char *snap = snapshot("snap");
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    char *out = xstrfmt("%s/m.so", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            put_file(snap, "uses_cublas.cu", "tests/eval/compile/src/uses_cublas.cu");
+        REQUIRE(build(&o, snap, out, &r, &err) == 0);
+        CHECK(r.ok);
+        const char *argv[] = {readelf, "-d", out, NULL};
+        struct proc_opts po = {.argv = argv, .timeout_ms = 10000};
+        struct proc_result pr;
+        proc_result_init(&pr);
+        REQUIRE(proc_run(&po, &pr, &err) == 0);
+        /* The stub torch libraries define nothing, so --as-needed linkers drop them. */
+        CHECK_CONTAINS(pr.out.data, "libcudart.so");
+        CHECK_EQ(strstr(pr.out.data, "libcublas.so") != NULL, pass == 1);
+        proc_result_release(&pr);
+    }
+    compile_report_release(&r);
+    free(out);
+    free(lib);
+    free(cache);
+    free(snap);
+    free(readelf);
+}
+
+TEST(sandboxed_full_build)
+{
+    if (!have_nvcc() || !have_sandbox())
+        return;
+    char *fx = fixture("");
+    if (strncmp(fx, "/tmp/", 5) == 0) {
+        printf("SKIP: the repository is under /tmp, which the sandbox cannot bind\n");
+        free(fx);
+        return;
+    }
+    free(fx);
+    /* Library directories are bound into the sandbox, which refuses /tmp: use /var/tmp. */
+    char libdir[] = "/var/tmp/ca-fake-torch-XXXXXX";
+    REQUIRE(mkdtemp(libdir));
+    char *snap = snapshot("snap");
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *out = xstrfmt("%s/m.so", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    o.use_sandbox = true;
+    fake_torch(&o, libdir);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    int rc = build(&o, snap, out, &r, &err);
+    CHECK_EQ(rc, 0);
+    if (!r.ok)
+        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", r.errors.data, r.full_log.data);
+    CHECK(r.ok);
+    CHECK(r.pch_used);
+    CHECK(fs_is_file(out));
+    compile_report_release(&r);
+    struct ca_err e2 = {0};
+    CHECK(fs_remove_tree(libdir, &e2) == 0);
+    free(out);
+    free(cache);
+    free(snap);
+}
+
+TEST(concurrent_builds_share_one_cache)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    pid_t pids[2];
+    char *outs[2];
+    for (int i = 0; i < 2; i++) {
+        outs[i] = xstrfmt("%s/m%d.so", test_tmpdir(), i);
+        fflush(NULL);
+        pids[i] = fork();
+        REQUIRE(pids[i] >= 0);
+        if (pids[i] == 0) {
+            struct compile_report r;
+            compile_report_init(&r);
+            struct ca_err err = {0};
+            int rc = compile_build(&o, snap, outs[i], &r, &err);
+            if (rc || !r.ok)
+                fprintf(stderr, "  child %d: rc %d %s\n%s\n", i, rc, err.msg, r.errors.data);
+            _exit(rc == 0 && r.ok ? 0 : 1);
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        int st;
+        REQUIRE(waitpid(pids[i], &st, 0) == pids[i]);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    char *a = read_text(outs[0]), *b = read_text(outs[1]);
+    struct stat sa, sb;
+    REQUIRE(stat(outs[0], &sa) == 0 && stat(outs[1], &sb) == 0);
+    CHECK_EQ(sa.st_size, sb.st_size);
+    CHECK(memcmp(a, b, (size_t)sa.st_size) == 0);
+    free(a);
+    free(b);
+    /* Whatever order they finished in, the cache holds complete entries only. */
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    CHECK(r.ok);
+    CHECK(r.link_cached);
+    for (size_t i = 0; i < r.n; i++)
+        CHECK(r.units[i].cached);
+    char *tmp = xstrfmt("%s/tmp", cache);
+    CHECK_EQ(count_files(tmp), 0);
+    free(tmp);
+    compile_report_release(&r);
+    for (int i = 0; i < 2; i++)
+        free(outs[i]);
+    free(lib);
+    free(cache);
+    free(snap);
+}
+
+TEST(empty_and_missing_snapshots)
+{
+    if (!have_nvcc())
+        return;
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    /* No kernels/ at all: the template's binding.cpp alone (a module with no functions). */
+    char *empty = xstrfmt("%s/empty", test_tmpdir());
+    REQUIRE(mkdir(empty, 0755) == 0);
+    REQUIRE(build(&o, empty, NULL, &r, &err) == 0);
+    CHECK(r.ok);
+    CHECK_EQ(r.n, 1);
+    CHECK_STR(r.units[0].name, "binding.cpp");
+    /* Other files in kernels/ are not units and are not copied. */
+    char *snap = snapshot("snap");
+    put_text(snap, "notes.txt", "not a source\n");
+    put_text(snap, ".hidden.cu", "this is not C++\n");
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    CHECK(r.ok);
+    CHECK_EQ(r.n, 1);
+    char *missing = xstrfmt("%s/missing", test_tmpdir());
+    CHECK(build(&o, missing, NULL, &r, &err) < 0);
+    CHECK_CONTAINS(err.msg, "missing");
+    compile_report_release(&r);
+    free(missing);
+    free(snap);
+    free(empty);
+    free(lib);
+    free(cache);
+}
+
+TEST(missing_nvcc_is_unavailable)
+{
+    /* A PATH without nvcc and no CUDA_HOME: the toolchain says so. Only where
+     * /usr/local/cuda/bin/nvcc, the last fallback, does not exist. */
+    if (access("/usr/local/cuda/bin/nvcc", X_OK) == 0) {
+        printf("SKIP: /usr/local/cuda/bin/nvcc exists\n");
+        return;
+    }
+    setenv("PATH", "/usr/bin:/bin", 1);
+    unsetenv("CUDA_HOME");
+    char *snap = snapshot("snap");
+    struct compile_opts o;
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    base_opts(&o, cache);
+    no_torch(&o);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    CHECK_EQ(compile_build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK_CONTAINS(err.msg, "nvcc was not found");
+    compile_report_release(&r);
+    free(cache);
+    free(snap);
+}
+
+/* ---- keys, architecture, toolchain ---- */
+
+TEST(keys_change_with_every_input)
+{
+    const char *argv90[] = {"nvcc", "-c", "-gencode", "arch=compute_90,code=[sm_90,compute_90]",
+                            NULL};
+    const char *argv80[] = {"nvcc", "-c", "-gencode", "arch=compute_80,code=[sm_80,compute_80]",
+                            NULL};
+    const char *argv_o2[] = {
+        "nvcc", "-c", "-O2", "-gencode", "arch=compute_90,code=[sm_90,compute_90]", NULL};
+    struct compile__unit_key_in base = {
+        .role = COMPILE_ROLE_CU,
+        .name = "kernels/a.cu",
+        .source = SV_LIT("int x;"),
+        .compiler = "/usr/local/cuda/bin/nvcc",
+        .compiler_version = "V13.0.88",
+        .argv = argv90,
+    };
+    char k0[HASH128_HEX_LEN + 1], k[HASH128_HEX_LEN + 1];
+    compile__unit_key(&base, k0);
+    compile__unit_key(&base, k);
+    CHECK_STR(k, k0);
+    struct compile__unit_key_in v;
+#define VARY(field, value)                                                                         \
+    do {                                                                                           \
+        v = base;                                                                                  \
+        v.field = value;                                                                           \
+        compile__unit_key(&v, k);                                                                  \
+        if (strcmp(k, k0) == 0)                                                                    \
+            test__fail(__FILE__, __LINE__, "key did not change with " #field);                     \
+    } while (0)
+    VARY(role, COMPILE_ROLE_BINDING);
+    VARY(name, "kernels/b.cu");
+    VARY(source, SV_LIT("int y;"));
+    VARY(deps, SV_LIT("kernels/b.cu 0123"));
+    VARY(compiler, "/opt/cuda/bin/nvcc");
+    VARY(compiler_version, "V13.0.89");
+    VARY(argv, argv80);
+    VARY(argv, argv_o2);
+    VARY(headers, "torch 2.11");
+    VARY(template_header, SV_LIT("#pragma once"));
+#undef VARY
+    /* Fields are length-prefixed: moving bytes between them changes the key. */
+    v = base;
+    v.name = "kernels/a.cuint";
+    v.source = SV_LIT(" x;");
+    compile__unit_key(&v, k);
+    CHECK(strcmp(k, k0) != 0);
+
+    const char *keys1[] = {"a", "b"}, *keys2[] = {"b", "a"};
+    const char *lflags[] = {"-shared", "-lcudart", NULL}, *lflags2[] = {"-shared", NULL};
+    char s1[HASH128_HEX_LEN + 1], s2[HASH128_HEX_LEN + 1];
+    compile__so_key("c++", "12", lflags, keys1, 2, s1);
+    compile__so_key("c++", "12", lflags, keys2, 2, s2);
+    CHECK(strcmp(s1, s2) != 0);
+    compile__so_key("c++", "12", lflags2, keys1, 2, s2);
+    CHECK(strcmp(s1, s2) != 0);
+    compile__so_key("c++", "13", lflags, keys1, 2, s2);
+    CHECK(strcmp(s1, s2) != 0);
+}
+
+TEST(arch_changes_the_object_key)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    no_torch(&o);
+    o.arch = "sm_90";
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK_STR(r.arch, "sm_90");
+    char key[HASH128_HEX_LEN + 1];
+    memcpy(key, r.units[0].key, sizeof(key));
+    o.arch = "80";
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK_STR(r.arch, "sm_80");
+    CHECK(!r.units[0].cached);
+    CHECK(r.units[0].ok);
+    CHECK(strcmp(r.units[0].key, key) != 0);
+    o.arch = "sm_9x";
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUSAGE);
+    CHECK_CONTAINS(err.msg, "sm_9x");
+    compile_report_release(&r);
+    free(cache);
+    free(snap);
+}
+
+TEST(arch_parsing)
+{
+    char a[16];
+    struct ca_err err = {0};
+    static const struct {
+        const char *in, *out;
+    } ok[] = {{"sm_90", "sm_90"},   {"90", "sm_90"},         {"9.0", "sm_90"},
+              {"sm_90a", "sm_90a"}, {"compute_80", "sm_80"}, {"sm_100f", "sm_100f"},
+              {"120", "sm_120"},    {"sm_75", "sm_75"}};
+    for (size_t i = 0; i < ARRAY_SIZE(ok); i++) {
+        CHECK_EQ(compile__arch_resolve(ok[i].in, a, &err), 0);
+        CHECK_STR(a, ok[i].out);
+    }
+    static const char *const bad[] = {"sm_9", "sm_9000", "sm_90b", "ampere", "sm_", "09", "-90"};
+    for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+        CHECK_EQ(compile__arch_resolve(bad[i], a, &err), CA_EUSAGE);
+    /* Default: the GPU's, else sm_90. */
+    CHECK_EQ(compile__arch_resolve(NULL, a, &err), 0);
+    CHECK_STR(a, *compile__gpu_arch() ? compile__gpu_arch() : COMPILE_DEFAULT_ARCH);
+}
+
+static void tc_release(struct compile__toolchain *tc)
+{
+    compile__argv_release(&tc->torch_includes);
+    compile__argv_release(&tc->torch_libdirs);
+    compile__argv_release(&tc->pybind11_defines);
+    char **strs[] = {&tc->python_version, &tc->python_include, &tc->ext_suffix,
+                     &tc->torch_error,    &tc->torch_version,  &tc->torch_identity,
+                     &tc->torch_cuda,     &tc->cudnn_include,  &tc->cudnn_lib};
+    for (size_t i = 0; i < ARRAY_SIZE(strs); i++)
+        FREE_AND_NULL(*strs[i]);
+}
+
+TEST(toolchain_probe_parsing)
+{
+    struct compile__toolchain tc = {0};
+    compile__argv_init(&tc.torch_includes);
+    compile__argv_init(&tc.torch_libdirs);
+    compile__argv_init(&tc.pybind11_defines);
+    char *inc = fixture("fake_torch/include");
+    char *py = fixture("fake_torch/python");
+    char *text = xstrfmt("warning printed by torch\n"
+                         "{\"python_version\": \"3.12.3\", \"python_include\": \"%s\", "
+                         "\"ext_suffix\": \".cpython-312-x86_64-linux-gnu.so\", "
+                         "\"torch_version\": \"2.11.0\", \"include_paths\": [\"%s\", "
+                         "\"/nonexistent/TH\"], \"library_paths\": [\"%s\"], \"cxx11_abi\": true, "
+                         "\"torch_cuda\": \"13.0\", \"pybind11_abi\": {\"COMPILER_TYPE\": "
+                         "\"_gcc\", \"STDLIB\": \"_libstdcpp\", \"BUILD_ABI\": \"_cxxabi1018\"}}\n",
+                         py, inc, test_tmpdir());
+    struct ca_err err = {0};
+    /* cxx11_abi must be an integer */
+    CHECK_EQ(compile__toolchain_parse_python(&tc, sv_cstr(text), &err), CA_EPARSE);
+    CHECK_CONTAINS(err.msg, "cxx11_abi");
+    free(text);
+    tc_release(&tc);
+
+    tc = (struct compile__toolchain){0};
+    compile__argv_init(&tc.torch_includes);
+    compile__argv_init(&tc.torch_libdirs);
+    compile__argv_init(&tc.pybind11_defines);
+    text = xstrfmt("{\"python_version\": \"3.12.3\", \"python_include\": \"%s\", "
+                   "\"ext_suffix\": \".so\", \"torch_version\": \"2.11.0\", "
+                   "\"include_paths\": [\"%s\", \"/nonexistent/TH\"], \"library_paths\": "
+                   "[\"%s\"], \"cxx11_abi\": 1, \"torch_cuda\": null, \"pybind11_abi\": "
+                   "{\"COMPILER_TYPE\": \"_gcc\", \"STDLIB\": null, \"BUILD_ABI\": "
+                   "\"_cxxabi1018\"}}",
+                   py, inc, test_tmpdir());
+    CHECK_EQ(compile__toolchain_parse_python(&tc, sv_cstr(text), &err), 0);
+    CHECK(tc.have_torch);
+    CHECK_STR(tc.torch_version, "2.11.0");
+    CHECK_EQ(tc.torch_includes.n, 1); /* the missing TH directory dropped */
+    CHECK_STR(tc.torch_includes.v[0], inc);
+    CHECK_EQ(tc.cxx11_abi, 1);
+    CHECK(tc.torch_cuda == NULL);
+    CHECK_EQ(tc.pybind11_defines.n, 2);
+    CHECK_STR(tc.pybind11_defines.v[0], "-DPYBIND11_COMPILER_TYPE=\"_gcc\"");
+    CHECK_STR(tc.pybind11_defines.v[1], "-DPYBIND11_BUILD_ABI=\"_cxxabi1018\"");
+    CHECK_CONTAINS(tc.torch_identity, "torch 2.11.0; python 3.12.3");
+    free(text);
+    free(inc);
+    free(py);
+    tc_release(&tc);
+}
+
+TEST(toolchain_describe)
+{
+    struct compile_opts o;
+    compile_opts_init(&o);
+    no_torch(&o);
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    o.cache_dir = cache;
+    json_t *j = NULL;
+    struct ca_err err = {0};
+    REQUIRE(compile_toolchain_describe(&o, &j, &err) == 0);
+    REQUIRE(json_is_object(j));
+    CHECK(json_is_object(json_object_get(j, "nvcc")));
+    CHECK(json_is_object(json_object_get(j, "cxx")));
+    CHECK_CONTAINS(json_string_value(json_object_get(json_object_get(j, "torch"), "error")),
+                   "No module named 'torch'");
+    CHECK_STR(json_string_value(json_object_get(j, "cache_dir")), cache);
+    CHECK(json_is_string(json_object_get(j, "arch")));
+    json_decref(j);
+    free(cache);
+}
+
+TEST(cache_dir_defaults)
+{
+    struct compile_opts o;
+    compile_opts_init(&o);
+    struct buf b;
+    buf_init(&b, 4096);
+    struct ca_err err = {0};
+    setenv("CUDA_AGENT_CACHE_DIR", "/x/cache", 1);
+    REQUIRE(compile_cache_dir(&o, &b, &err) == 0);
+    CHECK_STR(b.data, "/x/cache/compile");
+    unsetenv("CUDA_AGENT_CACHE_DIR");
+    setenv("XDG_CACHE_HOME", "/x/xdg", 1);
+    buf_reset(&b);
+    REQUIRE(compile_cache_dir(&o, &b, &err) == 0);
+    CHECK_STR(b.data, "/x/xdg/cuda-agent/compile");
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", "/x/home", 1);
+    buf_reset(&b);
+    REQUIRE(compile_cache_dir(&o, &b, &err) == 0);
+    CHECK_STR(b.data, "/x/home/.cache/cuda-agent/compile");
+    o.cache_dir = "/explicit";
+    buf_reset(&b);
+    REQUIRE(compile_cache_dir(&o, &b, &err) == 0);
+    CHECK_STR(b.data, "/explicit");
+    buf_release(&b);
+}
+
+/* ---- pruning ---- */
+
+static void make_entry(const char *path, size_t bytes, time_t age_s)
+{
+    char *text = xmalloc(bytes + 1);
+    memset(text, 'x', bytes);
+    text[bytes] = '\0';
+    write_text(path, text);
+    free(text);
+    struct timespec ts[2] = {{.tv_sec = time(NULL) - age_s}, {.tv_sec = time(NULL) - age_s}};
+    REQUIRE(utimensat(AT_FDCWD, path, ts, 0) == 0);
+}
+
+TEST(prune_evicts_least_recently_used)
+{
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct ca_err err = {0};
+    REQUIRE(compile__cache_prepare(cache, &err) == 0);
+    char *d1 = xstrfmt("%s/objects/aa", cache), *d2 = xstrfmt("%s/pch/k1", cache);
+    REQUIRE(fs_mkdirs(d1, 0755, &err) == 0);
+    REQUIRE(fs_mkdirs(d2, 0755, &err) == 0);
+    char *old_obj = xstrfmt("%s/aa%030d.o", d1, 1);
+    char *new_obj = xstrfmt("%s/aa%030d.o", d1, 2);
+    char *so = xstrfmt("%s/so/%032d.so", cache, 3);
+    char *gch = xstrfmt("%s/pch.h.gch", d2);
+    make_entry(old_obj, 100000, 5000);
+    make_entry(so, 100000, 4000);
+    make_entry(gch, 100000, 3000);
+    make_entry(new_obj, 100000, 10);
+    struct timespec ts[2] = {{.tv_sec = time(NULL) - 3000}, {.tv_sec = time(NULL) - 3000}};
+    REQUIRE(utimensat(AT_FDCWD, d2, ts, 0) == 0);
+    /* A build directory left by a crash two hours ago, and one in use now. */
+    char *stale = xstrfmt("%s/tmp/build.tmp-AAAAAA", cache);
+    char *live = xstrfmt("%s/tmp/build.tmp-BBBBBB", cache);
+    REQUIRE(mkdir(stale, 0700) == 0 && mkdir(live, 0700) == 0);
+    struct timespec old[2] = {{.tv_sec = time(NULL) - 7200}, {.tv_sec = time(NULL) - 7200}};
+    REQUIRE(utimensat(AT_FDCWD, stale, old, 0) == 0);
+
+    struct compile_prune_stats st;
+    REQUIRE(compile_cache_prune(cache, 1 << 30, &st, &err) == 0);
+    CHECK_EQ(st.removed, 0);
+    CHECK(st.bytes_before >= 400000);
+    CHECK(!fs_exists(stale));
+    CHECK(fs_exists(live));
+
+    /* Room for two of the four: the two oldest go (an object, then the module). */
+    REQUIRE(compile_cache_prune(cache, st.bytes_before / 2 + 1000, &st, &err) == 0);
+    CHECK_EQ(st.removed, 2);
+    CHECK(!fs_exists(old_obj));
+    CHECK(!fs_exists(so));
+    CHECK(fs_exists(gch));
+    CHECK(fs_exists(new_obj));
+    /* A hit refreshes the clock: the precompiled header now outlives the object. */
+    CHECK(compile__cache_hit(d2));
+    struct timespec ts2[2] = {{.tv_sec = time(NULL) - 100}, {.tv_sec = time(NULL) - 100}};
+    REQUIRE(utimensat(AT_FDCWD, new_obj, ts2, 0) == 0);
+    REQUIRE(compile_cache_prune(cache, 150000, &st, &err) == 0);
+    CHECK_EQ(st.removed, 1);
+    CHECK(!fs_exists(new_obj));
+    CHECK(fs_exists(d2));
+    CHECK(st.bytes_after <= 150000);
+    CHECK(compile_cache_prune("/nonexistent/cache", 1, &st, &err) < 0);
+    free(stale);
+    free(live);
+    free(old_obj);
+    free(new_obj);
+    free(so);
+    free(gch);
+    free(d1);
+    free(d2);
+    free(cache);
+}
+
+/* ---- compiler output ---- */
+
+static char *trim_fixture(const char *name, struct compile__trim_result *tr)
+{
+    char *rel = xstrfmt("logs/%s", name);
+    char *path = fixture(rel);
+    char *raw = read_text(path);
+    struct buf norm, out;
+    buf_init(&norm, 1 << 20);
+    buf_init(&out, 1 << 20);
+    REQUIRE(compile__log_normalize(sv_cstr(raw), NULL, &norm) == 0);
+    REQUIRE(compile__log_trim(sv_from(norm.data, norm.len), &out, tr) == 0);
+    free(rel);
+    free(path);
+    free(raw);
+    buf_release(&norm);
+    return buf_detach(&out, NULL);
+}
+
+TEST(trim_nvcc_errors)
+{
+    struct compile__trim_result tr;
+    char *t = trim_fixture("nvcc_syntax.txt", &tr);
+    CHECK(tr.had_errors);
+    CHECK_STR(t, "kernels/bad.cu:6: error: expected a \";\"\n"
+                 "      y = 2;\n"
+                 "      ^\n");
+    free(t);
+    t = trim_fixture("nvcc_template.txt", &tr);
+    CHECK(tr.had_errors);
+    CHECK_CONTAINS(t, "kernels/tmpl.cu:3: error: expression must have class type but it has "
+                      "type \"float\"\n");
+    CHECK_CONTAINS(t, "          detected during:\n");
+    CHECK_CONTAINS(t, "instantiation of \"T thrice(T) [with T=int]\" at line 6\n");
+    CHECK(!strstr(t, "errors detected"));
+    CHECK_EQ(count_lines(t), 12);
+    free(t);
+}
+
+TEST(trim_gcc_errors_notes_and_context)
+{
+    struct compile__trim_result tr;
+    char *t = trim_fixture("gcc_template.txt", &tr);
+    CHECK(tr.had_errors);
+    CHECK_CONTAINS(t, "kernels/tmpl_binding.cpp: In function 'int f()':\n"
+                      "kernels/tmpl_binding.cpp:8:68: error: no matching function");
+    /* Two notes of three, without their excerpts; no include stack. */
+    CHECK_CONTAINS(t, "note: candidate: 'void std::vector");
+    CHECK_CONTAINS(t, "note:   no known conversion");
+    CHECK(!strstr(t, "In file included from"));
+    CHECK(!strstr(t, " 1276 |"));
+    /* Warnings go when there are errors. */
+    CHECK(!strstr(t, "warning:"));
+    CHECK(!strstr(t, "unused variable"));
+    /* Instantiation context kept before its error. */
+    CHECK_CONTAINS(t, "In instantiation of 'T twice(T) [with T = int]':\n"
+                      "kernels/tmpl_binding.cpp:7:51:   required from 'T thrice(T) [with T = "
+                      "int]'\n"
+                      "kernels/tmpl_binding.cpp:8:86:   required from here\n"
+                      "kernels/tmpl_binding.cpp:6:47: error: request for member 'nope'");
+    free(t);
+}
+
+TEST(trim_warnings_when_no_errors)
+{
+    struct compile__trim_result tr;
+    char *t = trim_fixture("nvcc_warning.txt", &tr);
+    CHECK(!tr.had_errors);
+    CHECK_STR(t, "kernels/warn.cu:4: warning #177-D: variable \"unused\" was declared but never "
+                 "referenced\n"
+                 "      int unused = 3;\n"
+                 "          ^\n");
+    free(t);
+}
+
+TEST(trim_template_spam_and_long_lines)
+{
+    struct buf raw, norm, out;
+    buf_init(&raw, 1 << 24);
+    buf_init(&norm, 1 << 24);
+    buf_init(&out, 1 << 24);
+    REQUIRE(buf_addstr(&raw, "kernels/x_binding.cpp: In instantiation of 'struct F<0>':\n") == 0);
+    for (int i = 0; i < 200; i++)
+        REQUIRE(buf_addf(&raw, "kernels/x_binding.cpp:3:%d:   required from 'struct F<%d>'\n", i,
+                         i + 1) == 0);
+    REQUIRE(buf_addstr(&raw, "kernels/x_binding.cpp:9:1:   required from here\n") == 0);
+    REQUIRE(buf_addstr(&raw, "kernels/x_binding.cpp:3:5: error: ") == 0);
+    for (int i = 0; i < 2000; i++)
+        REQUIRE(buf_addstr(&raw, "F<") == 0);
+    REQUIRE(buf_addstr(&raw, "\n    3 | code\n      | ^\n") == 0);
+    REQUIRE(compile__log_normalize(sv_from(raw.data, raw.len), NULL, &norm) == 0);
+    struct compile__trim_result tr;
+    REQUIRE(compile__log_trim(sv_from(norm.data, norm.len), &out, &tr) == 0);
+    CHECK_EQ(tr.lines, 6);
+    CHECK_CONTAINS(out.data, "In instantiation of 'struct F<0>':\n"
+                             "kernels/x_binding.cpp:3:199:   required from 'struct F<200>'\n"
+                             "kernels/x_binding.cpp:9:1:   required from here\n"
+                             "kernels/x_binding.cpp:3:5: error: F<F<");
+    CHECK_CONTAINS(out.data, "F<...\n    3 | code\n");
+    struct sv rest = sv_from(out.data, out.len), line;
+    while (sv_next_line(&rest, &line, NULL))
+        CHECK(line.len <= COMPILE__LINE_MAX + 3);
+    buf_release(&raw);
+    buf_release(&norm);
+    buf_release(&out);
+}
+
+TEST(trim_budget_counts_omitted_lines)
+{
+    struct buf raw, out;
+    buf_init(&raw, 1 << 20);
+    buf_init(&out, 1 << 20);
+    for (int i = 1; i <= 30; i++)
+        REQUIRE(buf_addf(&raw, "kernels/a.cu(%d): error: bad %d\n  code\n  ^\n\n", i, i) == 0);
+    struct buf norm;
+    buf_init(&norm, 1 << 20);
+    REQUIRE(compile__log_normalize(sv_from(raw.data, raw.len), NULL, &norm) == 0);
+    struct compile__trim_result tr;
+    REQUIRE(compile__log_trim(sv_from(norm.data, norm.len), &out, &tr) == 0);
+    CHECK_EQ(tr.lines, 90);
+    struct buf shown;
+    buf_init(&shown, 1 << 20);
+    size_t budget = COMPILE_ERROR_LINES, omitted = 0;
+    REQUIRE(compile__append_lines(&shown, sv_from(out.data, out.len), &budget, &omitted) == 0);
+    CHECK_EQ(budget, 0);
+    CHECK_EQ(omitted, 50);
+    CHECK_EQ(count_lines(shown.data), COMPILE_ERROR_LINES);
+    CHECK_CONTAINS(shown.data, "kernels/a.cu:1: error: bad 1\n  code\n  ^\n");
+    buf_release(&shown);
+    buf_release(&norm);
+    buf_release(&raw);
+    buf_release(&out);
+}
+
+TEST(normalize_maps_paths)
+{
+    const char *strip[] = {"/cache/tmp/build.tmp-XYZ/", "/workspace/", NULL};
+    struct buf out;
+    buf_init(&out, 1 << 16);
+    const char *raw = "/cache/tmp/build.tmp-XYZ/kernels/a.cu(12): error: x\n"
+                      "/workspace/kernels/b_binding.cpp:3:4: error: y\n"
+                      "./binding_registry.h:7:1: note: z\n"
+                      "In file included from /workspace/kernels/c.cu:1:\n"
+                      "kernels/my file.cu(3): error: spaces stay as they are\n"
+                      "ptxas error   : Entry function uses too much shared data\n";
+    REQUIRE(compile__log_normalize(sv_cstr(raw), strip, &out) == 0);
+    CHECK_STR(out.data, "kernels/a.cu:12: error: x\n"
+                        "kernels/b_binding.cpp:3:4: error: y\n"
+                        "binding_registry.h:7:1: note: z\n"
+                        "In file included from kernels/c.cu:1:\n"
+                        "kernels/my file.cu(3): error: spaces stay as they are\n"
+                        "ptxas error   : Entry function uses too much shared data\n");
+    /* Bounded: CA_ETOOBIG with what fitted. */
+    struct buf small;
+    buf_init(&small, 20);
+    CHECK_EQ(compile__log_normalize(sv_cstr(raw), strip, &small), CA_ETOOBIG);
+    CHECK(small.len <= 20);
+    buf_release(&small);
+    buf_release(&out);
+}
+
+TEST(trim_classifies_tools)
+{
+    struct buf out;
+    buf_init(&out, 1 << 16);
+    struct compile__trim_result tr;
+    const char *raw = "ptxas info    : 0 bytes gmem\n"
+                      "ptxas error   : Entry function 'k' uses too much shared data\n"
+                      "nvcc fatal   : Unsupported gpu architecture 'compute_5'\n"
+                      "/usr/bin/ld: cannot find -lcudnn: No such file or directory\n"
+                      "collect2: error: ld returned 1 exit status\n"
+                      "kernels/a.cu(1): warning #177-D: unused\n";
+    REQUIRE(compile__log_trim(sv_cstr(raw), &out, &tr) == 0);
+    CHECK(tr.had_errors);
+    CHECK_STR(out.data, "ptxas error   : Entry function 'k' uses too much shared data\n"
+                        "nvcc fatal   : Unsupported gpu architecture 'compute_5'\n"
+                        "/usr/bin/ld: cannot find -lcudnn: No such file or directory\n"
+                        "collect2: error: ld returned 1 exit status\n");
+    /* lld's lines under an error are kept. */
+    buf_reset(&out);
+    REQUIRE(compile__log_trim(sv_cstr("ld.lld: error: duplicate symbol: f\n>>> defined at a.cpp\n"
+                                      ">>>            kernels/a.cu.o:(f)\n>>> defined at b.cpp\n"
+                                      ">>>            kernels/b.cu.o:(f)\n"),
+                              &out, &tr) == 0);
+    CHECK_EQ(tr.lines, 5);
+    CHECK_CONTAINS(out.data, "kernels/b.cu.o:(f)\n");
+    /* Neither errors nor warnings: the first lines as they are. */
+    buf_reset(&out);
+    REQUIRE(compile__log_trim(sv_cstr("Segmentation fault\n\nsomething else\n"), &out, &tr) == 0);
+    CHECK_STR(out.data, "Segmentation fault\nsomething else\n");
+    buf_release(&out);
+}
