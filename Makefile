@@ -126,6 +126,7 @@ fuzz: fuzz-build
 		$(FUZZ_BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 			-print_final_stats=0 $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t \
 			$$( [ $$t = task ] && echo examples/tasks tests/it/data/tasks/good ) \
+			$$( [ $$t = policy ] && echo tests/eval/policy/ok ) \
 			2>$(FUZZ_BUILD)/fuzz_$$t.log || { tail -50 $(FUZZ_BUILD)/fuzz_$$t.log; exit 1; }; \
 		tail -1 $(FUZZ_BUILD)/fuzz_$$t.log; \
 	done
