@@ -1233,6 +1233,7 @@ static void build_release(struct build *b)
         pool_release(&b->pool);
     jobs_release(b);
     for (size_t i = 0; i < b->n; i++) {
+        free(b->units[i].name);
         free(b->units[i].cache_path);
         buf_release(&b->units[i].src);
         buf_release(&b->units[i].deps);

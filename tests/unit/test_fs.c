@@ -103,6 +103,7 @@ TEST(read_file_over_buffer_max)
     struct ca_err err = {0};
     CHECK_EQ(fs_read_file(tpath("f"), 100, &b, &err), CA_ETOOBIG);
     CHECK_EQ(b.len, 0);
+    buf_release(&b);
     /* Exactly filling the buffer is fine. */
     buf_init(&b, 10);
     CHECK_EQ(fs_read_file(tpath("f"), 100, &b, &err), 0);
