@@ -60,4 +60,12 @@ echo
 echo
 ./build/cuda-agent data list examples/tasks
 echo
+say "one tool call in the episode's sandbox (persistent shell), then the episode ends"
+if ./build/cuda-agent tool --workspace "$ws" --episode "demo-$$" Bash \
+        '{"command":"cd kernels && pwd && id -u && ls /workspace"}'; then
+    ./build/cuda-agent tool --episode "demo-$$" --close >/dev/null
+else
+    echo "(no sandbox on this host: see the message above)"
+fi
+echo
 say "workspace left at $ws; run the tests with: make test"
