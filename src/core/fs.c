@@ -845,3 +845,22 @@ int fs_root_mkdirs(const struct fs_root *root, const char *rel, mode_t mode, str
         close(parent);
     return rc;
 }
+
+int fs_cache_dir(struct buf *out, const char *sub, struct ca_err *err)
+{
+    const char *v;
+    int rc;
+    if ((v = getenv("CUDA_AGENT_CACHE_DIR")) && *v)
+        rc = buf_addstr(out, v);
+    else if ((v = getenv("XDG_CACHE_HOME")) && *v)
+        rc = buf_addf(out, "%s/cuda-agent", v);
+    else if ((v = getenv("HOME")) && *v)
+        rc = buf_addf(out, "%s/.cache/cuda-agent", v);
+    else
+        return err_setf(err, CA_EUSAGE, "no cache directory: set CUDA_AGENT_CACHE_DIR or HOME");
+    if (rc == 0 && sub)
+        rc = buf_addf(out, "/%s", sub);
+    if (rc)
+        return err_setf(err, CA_ETOOBIG, "cache directory path is over %d bytes", CA_LIMIT_PATH);
+    return 0;
+}

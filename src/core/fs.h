@@ -51,6 +51,13 @@ bool fs_is_dir(const char *path);
 bool fs_is_file(const char *path);
 bool fs_exists(const char *path);
 
+/*
+ * The cuda-agent cache directory, appended to out: $CUDA_AGENT_CACHE_DIR, else
+ * $XDG_CACHE_HOME/cuda-agent, else $HOME/.cache/cuda-agent; then "/sub" when sub is
+ * not NULL. Not created. CA_EUSAGE when none of the variables is set.
+ */
+int fs_cache_dir(struct buf *out, const char *sub, struct ca_err *err) WARN_UNUSED_RESULT;
+
 /* Join a and b with one '/', into b_out (appended). */
 int fs_join(struct buf *out, const char *a, const char *b) WARN_UNUSED_RESULT;
 /* Last path component (borrowed pointer into path). */

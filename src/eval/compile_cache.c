@@ -168,23 +168,13 @@ void compile__pch_key(const char *compiler, const char *compiler_version, const 
 
 int compile_cache_dir(const struct compile_opts *opts, struct buf *out, struct ca_err *err)
 {
-    const char *v;
-    int rc;
-    if (opts && opts->cache_dir && *opts->cache_dir)
-        rc = buf_addstr(out, opts->cache_dir);
-    else if ((v = getenv("CUDA_AGENT_CACHE_DIR")) && *v)
-        rc = buf_addf(out, "%s/compile", v);
-    else if ((v = getenv("XDG_CACHE_HOME")) && *v)
-        rc = buf_addf(out, "%s/cuda-agent/compile", v);
-    else if ((v = getenv("HOME")) && *v)
-        rc = buf_addf(out, "%s/.cache/cuda-agent/compile", v);
-    else
-        return err_setf(err, CA_EUSAGE,
-                        "no compile cache directory: set CUDA_AGENT_CACHE_DIR or HOME");
-    if (rc)
-        return err_setf(err, CA_ETOOBIG, "compile cache directory path is over %d bytes",
-                        CA_LIMIT_PATH);
-    return 0;
+    if (opts && opts->cache_dir && *opts->cache_dir) {
+        if (buf_addstr(out, opts->cache_dir))
+            return err_setf(err, CA_ETOOBIG, "compile cache directory path is over %d bytes",
+                            CA_LIMIT_PATH);
+        return 0;
+    }
+    return fs_cache_dir(out, "compile", err);
 }
 
 int compile__cache_prepare(const char *dir, struct ca_err *err)

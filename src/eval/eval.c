@@ -37,20 +37,11 @@ static const char *python_bin(void)
 
 static int cache_root(const struct eval_opts *o, struct buf *out, struct ca_err *err)
 {
-    const char *env = getenv("CUDA_AGENT_CACHE_DIR"), *home = getenv("HOME");
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    int rc;
-    if (o->cache_dir)
-        rc = buf_addstr(out, o->cache_dir);
-    else if (env && *env)
-        rc = buf_addstr(out, env);
-    else if (xdg && *xdg)
-        rc = buf_addf(out, "%s/cuda-agent", xdg);
-    else
-        rc = buf_addf(out, "%s/.cache/cuda-agent", home && *home ? home : "/tmp");
-    if (rc)
+    int rc = o->cache_dir ? (buf_addstr(out, o->cache_dir) ? CA_ETOOBIG : 0)
+                          : fs_cache_dir(out, NULL, err);
+    if (rc == CA_ETOOBIG)
         return err_setf(err, rc, "cache path too long");
-    return fs_mkdirs(out->data, 0700, err);
+    return rc ? rc : fs_mkdirs(out->data, 0700, err);
 }
 
 /* model.py of the workspace, if its content still matches the manifest. */
@@ -349,12 +340,17 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     ts = ca_now_us();
     struct compile_opts co;
     compile_opts_init(&co);
+    /* The compile cache lives under the same root, so --cache-dir moves both. */
+    struct buf ccache;
+    buf_init(&ccache, CA_LIMIT_PATH);
+    if (fs_join(&ccache, cache.data, "compile") == 0)
+        co.cache_dir = ccache.data;
     co.arch = o->arch;
     co.use_sandbox = !o->no_sandbox;
-    co.python = getenv("CUDA_AGENT_PYTHON");
     rc = fs_join(&so, snap.data, COMPILE_MODULE_NAME ".so") ? CA_ETOOBIG : 0;
     if (rc == 0)
         rc = compile_build(&co, snap.data, so.data, &cr, err);
+    buf_release(&ccache);
     json_object_set_new(report, "compile", compile_report_to_json(&cr));
     stage_time(report, "compile", ts);
     bool cu_failed = false;

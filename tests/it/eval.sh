@@ -52,6 +52,8 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     run "$CA" eval --json "$PWD/cerr"
     expect "compiler errors are the agent's result" 1 "kernels/swish_scale_bias.cu:"
     assert "stage is compile" [ "$(stage)" = compile ]
+    run "$CA" eval --cache-dir "$PWD/own-cache" "$PWD/cerr"
+    assert "--cache-dir holds the compile cache too" [ -d "$PWD/own-cache/compile/objects" ]
     if ! python3 -c 'import torch' 2>/dev/null; then
         mk "$PWD/good"
         run "$CA" eval "$PWD/good"
