@@ -30,6 +30,7 @@
 #include "core/json.h"
 #include "core/limits.h"
 #include "core/log.h"
+#include "core/msg.h"
 #include "sandbox/shell.h"
 #include "core/banned.h"
 
@@ -365,106 +366,6 @@ void episode_close(struct episode *ep)
 
 /* ---- framing ---- */
 
-static int io_wait(int fd, short events, int64_t deadline_us)
-{
-    for (;;) {
-        int64_t left = deadline_us == INT64_MAX ? -1 : (deadline_us - ca_now_us()) / 1000;
-        if (deadline_us != INT64_MAX && left <= 0)
-            return CA_ETIMEOUT;
-        struct pollfd p = {.fd = fd, .events = events};
-        int n = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
-        if (n > 0)
-            return 0;
-        if (n < 0 && errno != EINTR)
-            return -errno;
-    }
-}
-
-static int read_full(int fd, void *p, size_t n, int64_t deadline_us)
-{
-    char *c = p;
-    while (n) {
-        ssize_t r = read(fd, c, n);
-        if (r > 0) {
-            c += r;
-            n -= (size_t)r;
-            continue;
-        }
-        if (r == 0)
-            return -ECONNRESET;
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN)
-            return -errno;
-        int rc = io_wait(fd, POLLIN, deadline_us);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *p, size_t n, int64_t deadline_us)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
-        if (w > 0) {
-            c += w;
-            n -= (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && errno != EAGAIN)
-            return -errno;
-        int rc = io_wait(fd, POLLOUT, deadline_us);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-static int send_msg(int fd, const json_t *msg, int64_t deadline_us, struct ca_err *err)
-{
-    struct buf b;
-    buf_init(&b, CA_LIMIT_REQUEST_BYTES);
-    int rc = buf_addstr(&b, "    ");
-    if (rc == 0)
-        rc = jsonx_dump(msg, 0, &b);
-    if (rc) {
-        buf_release(&b);
-        return err_setf(err, rc, "message over %zu bytes", (size_t)CA_LIMIT_REQUEST_BYTES);
-    }
-    uint32_t len = (uint32_t)(b.len - 4);
-    unsigned char hdr[4] = {len >> 24, len >> 16, len >> 8, len};
-    memcpy(b.data, hdr, 4);
-    rc = write_full(fd, b.data, b.len, deadline_us);
-    buf_release(&b);
-    if (rc)
-        return err_setf(err, rc, "cannot send to the episode supervisor: %s", ca_strerror(rc));
-    return 0;
-}
-
-static int recv_msg(int fd, json_t **msg, int64_t deadline_us, struct ca_err *err)
-{
-    unsigned char hdr[4];
-    int rc = read_full(fd, hdr, 4, deadline_us);
-    if (rc)
-        return err_setf(err, rc, "no reply: %s", ca_strerror(rc));
-    uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-    if (len > CA_LIMIT_REQUEST_BYTES)
-        return err_setf(err, CA_ETOOBIG, "message of %u bytes is over the limit of %zu", len,
-                        (size_t)CA_LIMIT_REQUEST_BYTES);
-    char *body = xmalloc(len + 1);
-    rc = read_full(fd, body, len, deadline_us);
-    if (rc == 0)
-        rc = jsonx_parse(sv_from(body, len), CA_LIMIT_REQUEST_BYTES, "episode message", msg, err);
-    else
-        err_setf(err, rc, "truncated message: %s", ca_strerror(rc));
-    free(body);
-    return rc;
-}
-
 /* ---- supervisor ---- */
 
 static json_t *handle(struct episode *ep, const json_t *req, bool *stop)
@@ -503,9 +404,10 @@ static void serve_conn(struct episode *ep, int conn, bool *stop)
     struct ca_err err = {0};
     json_t *req = NULL;
     int64_t deadline = ca_now_us() + (int64_t)IO_TIMEOUT_MS * 1000;
-    if (recv_msg(conn, &req, deadline, &err) != 0) {
+    if (msg_recv(conn, &req, deadline, &err) != 0) {
         json_t *r = json_pack("{s:b, s:s}", "is_error", 1, "text", err.msg);
-        (void)send_msg(conn, r, deadline, &err);
+        if (msg_send(conn, r, deadline, &err))
+            LOG_DEBUG("error reply lost: %s", err.msg);
         json_decref(r);
         return;
     }
@@ -516,7 +418,7 @@ static void serve_conn(struct episode *ep, int conn, bool *stop)
                   json_pack("{s:s?, s:s?}", "tool", json_string_value(json_object_get(req, "tool")),
                             "op", json_string_value(json_object_get(req, "op"))));
     deadline = ca_now_us() + (int64_t)IO_TIMEOUT_MS * 1000;
-    if (send_msg(conn, reply, deadline, &err))
+    if (msg_send(conn, reply, deadline, &err))
         LOG_WARN("reply lost: %s", err.msg);
     json_decref(reply);
     json_decref(req);
@@ -656,7 +558,7 @@ static int start_supervisor(const struct episode_opts *o, const char *dir, struc
     size_t got = 0;
     int64_t deadline = ca_now_us() + (int64_t)START_TIMEOUT_MS * 1000;
     for (;;) {
-        if (io_wait(p[0], POLLIN, deadline) != 0) {
+        if (msg_wait(p[0], POLLIN, deadline) != 0) {
             close(p[0]);
             return err_setf(err, CA_ETIMEOUT, "the episode supervisor did not start within %d ms",
                             START_TIMEOUT_MS);
@@ -723,9 +625,9 @@ int episode_request(const struct episode_opts *o, const json_t *req, int64_t tim
     }
     buf_release(&dir);
     int64_t deadline = timeout_ms > 0 ? ca_now_us() + timeout_ms * 1000 : INT64_MAX;
-    rc = send_msg(fd, req, deadline, err);
+    rc = msg_send(fd, req, deadline, err);
     if (rc == 0)
-        rc = recv_msg(fd, reply, deadline, err);
+        rc = msg_recv(fd, reply, deadline, err);
     close(fd);
     return rc;
 }
