@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/setup.sh - one command from a fresh Debian 12 machine to a working
 # cuda-agent: installs dependencies (Debian packages, and a Python virtual
-# environment in .venv for pyarrow and pytest), builds, and runs the main job
+# environment in .venv for PyTorch (the CPU-mode evaluator tests run it), pyarrow and
+# pytest), builds, and runs the main job
 # on a built-in example (until the evaluator exists: creates an episode
 # workspace and shows it).
 #
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 DEBIAN_PKGS=(build-essential pkg-config git python3 python3-venv python3-pip
              libjansson-dev libxxhash-dev libpcre2-dev libseccomp-dev libelf-dev clang
              clang-format)
-PY_PKGS=(pyarrow pytest)
+PY_PKGS=(pyarrow pytest numpy torch)
 
 say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 
@@ -36,7 +37,7 @@ install_python() {
         say "creating .venv"
         python3 -m venv .venv
     fi
-    if ! .venv/bin/python3 -c 'import pyarrow, pytest' 2>/dev/null; then
+    if ! .venv/bin/python3 -c 'import pyarrow, pytest, numpy, torch' 2>/dev/null; then
         say "installing Python packages into .venv: ${PY_PKGS[*]}"
         .venv/bin/python3 -m pip install -q --disable-pip-version-check "${PY_PKGS[@]}"
     fi

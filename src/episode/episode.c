@@ -9,6 +9,7 @@
  * episode's lock file, so two concurrent first calls cannot start two.
  */
 #include "episode/episode.h"
+#include "episode/episode_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +46,7 @@ struct episode {
     struct sandbox *sb;
     struct shells *shells;
     struct tool_ctx *tools;
+    struct episode__evals *evals;
 };
 
 int episode_check_id(const char *id, struct ca_err *err)
@@ -333,6 +335,9 @@ int episode_open(const struct episode_opts *o, struct episode **out, struct ca_e
         goto fail;
     struct tool_shell_ops ops = {ep, bash_tool, bash_output_tool, kill_bash_tool};
     tool_ctx_set_shell(ep->tools, &ops);
+    rc = episode__evals_start(ep->control, ep->dir, ep->workspace, &ep->evals, err);
+    if (rc)
+        goto fail;
     *out = ep;
     return 0;
 fail:
@@ -346,6 +351,13 @@ int episode_call(struct episode *ep, const char *tool, const json_t *args, struc
     return tool_call(ep->tools, tool, args, res);
 }
 
+int episode_evals(struct episode *ep, int64_t since, json_t **out, struct ca_err *err)
+{
+    (void)err;
+    *out = episode__evals_since(ep->evals, since);
+    return 0;
+}
+
 struct sandbox *episode_sandbox(struct episode *ep)
 {
     return ep->sb;
@@ -355,6 +367,7 @@ void episode_close(struct episode *ep)
 {
     if (!ep)
         return;
+    episode__evals_stop(ep->evals);
     shells_free(ep->shells);
     sandbox_free(ep->sb);
     tool_ctx_free(ep->tools);
@@ -376,13 +389,23 @@ static json_t *handle(struct episode *ep, const json_t *req, bool *stop)
         return json_pack("{s:b, s:s, s:I, s:I}", "ok", 1, "workspace", ep->workspace,
                          "supervisor_pid", (json_int_t)getpid(), "init_pid",
                          (json_int_t)sandbox_init_pid(ep->sb));
+    if (op && strcmp(op, "evals") == 0) {
+        int64_t since = 0;
+        if (jsonx_get_int(req, "since", false, &since, "request", NULL))
+            since = 0;
+        json_t *recs = NULL;
+        if (episode_evals(ep, since, &recs, NULL))
+            recs = json_array();
+        return json_pack("{s:b, s:o}", "ok", 1, "evals", recs);
+    }
     if (op && strcmp(op, "close") == 0) {
         *stop = true;
         return json_pack("{s:b}", "ok", 1);
     }
     if (!tool)
-        return json_pack("{s:b, s:s}", "is_error", 1, "text",
-                         "a request names a tool (\"tool\") or an op (\"ping\", \"close\")");
+        return json_pack(
+            "{s:b, s:s}", "is_error", 1, "text",
+            "a request names a tool (\"tool\") or an op (\"ping\", \"evals\", \"close\")");
     json_t *args = json_object_get(req, "args");
     json_t *empty = NULL;
     if (!args)
