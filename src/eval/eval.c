@@ -55,6 +55,12 @@ static void compile_opts_for(const struct eval_opts *o, const char *cache, struc
         co->cache_dir = ccache->data;
     co->arch = o->arch;
     co->use_sandbox = !o->no_sandbox;
+    /* Slow machines (CI on two cores) need longer than the default per compiler run. */
+    const char *t = getenv("CUDA_AGENT_COMPILE_TIMEOUT");
+    char *end;
+    long long sec = t && *t ? strtoll(t, &end, 10) : 0;
+    if (sec > 0 && sec <= 3600 && *end == '\0')
+        co->timeout_ms = sec * 1000;
 }
 
 int eval_warm(const struct eval_opts *o, struct ca_err *err)

@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/buf.h"
@@ -210,6 +211,12 @@ static int job_on(struct gpupool *p, struct runner *r, int64_t id, const char *c
                   int64_t timeout_ms, int *status, struct ca_err *err)
 {
     int rc = 0;
+    if (r->child.pid > 0 && waitpid(r->child.pid, NULL, WNOHANG) == r->child.pid) {
+        LOG_WARN("gpupool: runner %s (pid %d) exited between jobs; starting another",
+                 r->gpu ? r->gpu : "-", r->child.pid);
+        r->child.pid = -1; /* reaped */
+        runner_stop(r);
+    }
     if (r->child.pid <= 0) {
         r->restarts++;
         rc = runner_start(p, r, err);
