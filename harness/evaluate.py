@@ -149,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the torch.compile baseline")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter for the candidate process (default: this one)")
-    p.add_argument("--tmp-dir", default=None, help="where candidate directories are made")
+    p.add_argument("--tmp-dir", default=None,
+                   help="where candidate directories are made (default: /dev/shm when it has "
+                        "8 GiB free, else TMPDIR)")
     p.add_argument("--keep-temp", action="store_true",
                    help="keep the candidate's directory (debugging)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -1088,7 +1090,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         if cand is not None:
             job_dir = cand.job_dir
         else:
-            job_dir = tempfile.mkdtemp(prefix="cuda-agent-cand-", dir=opts.tmp_dir)
+            job_dir = tempfile.mkdtemp(prefix="cuda-agent-cand-",
+                                       dir=hu.job_tmp_dir(opts.tmp_dir))
             os.chmod(job_dir, 0o700)
         torch.save([cpu_copy(x) for x in init_inputs], os.path.join(job_dir, "init_inputs.pt"))
         torch.save(state, os.path.join(job_dir, "state_dict.pt"))

@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="candidate processes kept pre-warmed (default 2; 0: start on demand)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter of the candidate processes (default: this one)")
-    p.add_argument("--tmp-dir", help="where candidate directories are made (default TMPDIR)")
+    p.add_argument("--tmp-dir", help="where candidate directories are made (default: /dev/shm "
+                                     "when it has 8 GiB free, else TMPDIR)")
     opts = p.parse_args(argv)
     if opts.prewarm < 0:
         p.error("--prewarm must be >= 0")
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         torch.cuda.set_device(device)
         torch.zeros(1, device=device)  # creates the context now
-    pool = evaluate.CandidatePool(opts.python, opts.device, opts.prewarm, opts.tmp_dir)
+    pool = evaluate.CandidatePool(opts.python, opts.device, opts.prewarm,
+                                  evaluate.hu.job_tmp_dir(opts.tmp_dir))
     try:
         pool.fill()
         reply({"ready": True, "device": str(device), "torch": torch.__version__,

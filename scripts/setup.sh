@@ -3,8 +3,8 @@
 # cuda-agent: installs dependencies (Debian packages, and a Python virtual
 # environment in .venv for PyTorch (the CPU-mode evaluator tests run it), pyarrow and
 # pytest), builds, and runs the main job
-# on a built-in example (until the evaluator exists: creates an episode
-# workspace and shows it).
+# on a built-in example: an episode workspace, a tool call in its sandbox,
+# and an evaluation (on the GPU when there is one, else in CPU mode).
 #
 #   scripts/setup.sh            everything
 #   scripts/setup.sh --deps     dependencies only (used by CI)
@@ -67,6 +67,23 @@ if ./build/cuda-agent tool --workspace "$ws" --episode "demo-$$" Bash \
     ./build/cuda-agent tool --episode "demo-$$" --close >/dev/null
 else
     echo "(no sandbox on this host: see the message above)"
+fi
+echo
+export PATH="$PWD/.venv/bin:$PATH" # python3 with PyTorch for the evaluator
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    say "evaluating the softmax reference solution on the GPU"
+    cp examples/solutions/softmax_last_dim/kernels/* "$ws/kernels/"
+    cp examples/solutions/softmax_last_dim/model_new.py "$ws/"
+    ./build/cuda-agent eval "$ws" || echo "(evaluation failed: see the report above)"
+else
+    say "no GPU here: evaluating the CPU-mode fixture (tests/eval/cpu) with --device cpu"
+    cpu_ws=$(mktemp -d "${TMPDIR:-/tmp}/cuda-agent-cpu-XXXXXX")
+    rmdir "$cpu_ws"
+    ./build/cuda-agent workspace create --task tests/eval/cpu/task.py "$cpu_ws" >/dev/null
+    cp tests/eval/cpu/sol/kernels/* "$cpu_ws/kernels/"
+    cp tests/eval/cpu/sol/model_new.py "$cpu_ws/"
+    CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900} \
+        ./build/cuda-agent eval --device cpu "$cpu_ws" || echo "(evaluation failed: see above)"
 fi
 echo
 say "workspace left at $ws; run the tests with: make test"

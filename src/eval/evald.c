@@ -266,9 +266,14 @@ int evald_eval(const char *socket_path, const struct eval_opts *o, json_t **repo
     int64_t tmo = (o->timeout_ms > 0 ? o->timeout_ms : 120000) * 2 + EVALD_CLIENT_SLACK_MS;
     int rc = msg_request(socket_path, req, tmo, &reply, err);
     json_decref(req);
+    if (rc == -ENOENT || rc == -ECONNREFUSED)
+        return err_setf(err, CA_EUNAVAIL,
+                        "no evaluator service answers at %s (%s); start one with `cuda-agent "
+                        "evaluator --socket %s`",
+                        socket_path, strerror(-rc), socket_path);
     if (rc) {
         err_prefix(err, "the evaluator service: ");
-        return rc == -ENOENT || rc == -ECONNREFUSED ? CA_EUNAVAIL : rc;
+        return rc;
     }
     if (json_is_true(json_object_get(reply, "ok")) &&
         json_is_object(json_object_get(reply, "report"))) {
