@@ -149,9 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the torch.compile baseline")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter for the candidate process (default: this one)")
-    p.add_argument("--tmp-dir", default=None,
-                   help="where candidate directories are made (default: /dev/shm when it has "
-                        "8 GiB free, else TMPDIR)")
+    p.add_argument("--tmp-dir", default=None, help="where candidate directories are made")
     p.add_argument("--keep-temp", action="store_true",
                    help="keep the candidate's directory (debugging)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -316,6 +314,48 @@ def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device,
             break
         sets.append(InputSet(n_random + a, "adversarial", raw, device))
     return sets, info
+
+
+class SetPrefetch:
+    """Input sets drawn ahead of time by a long-lived runner (harness/worker.py) while it waits
+    for its next job: after an evaluation, the next evaluation's sets for the same task are
+    drawn in a background thread, with fresh secret seeds that nothing outside this process
+    ever sees. A warm evaluation of that task then does not wait for get_inputs() and the
+    adversarial draw (seconds on the CPU for large inputs). Used once; dropped when the next
+    job is for another task or other counts."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._key: tuple | None = None
+        self._result: tuple[list[InputSet], dict[str, Any]] | None = None
+
+    def start(self, key: tuple, task: Any, n_random: int, n_adv: int,
+              device: torch.device) -> None:
+        self.wait()
+        self._key, self._result = key, None
+
+        def draw() -> None:
+            try:
+                if device.type == "cuda":
+                    torch.cuda.set_device(device)
+                self._result = draw_sets(task, n_random, n_adv, device, Log(True))
+            except Exception:  # the job will draw its own sets and report any error
+                self._result = None
+
+        self._thread = threading.Thread(target=draw, name="set-prefetch", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Until no draw runs (before anything else touches torch's global generator)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def take(self, key: tuple) -> tuple[list[InputSet], dict[str, Any]] | None:
+        self.wait()
+        got = self._result if self._key == key else None
+        self._key, self._result = None, None
+        return got
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -1055,6 +1095,10 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
     device = torch.device(opts.device)
     job_dir: str | None = None
     cand: CandidateProcess | None = None
+    prefetch: SetPrefetch | None = getattr(opts, "prefetch", None)
+    prefetch_next: tuple | None = None
+    if prefetch is not None:
+        prefetch.wait()
     try:
         if device.type == "cuda" and not torch.cuda.is_available():
             raise EvalError("harness", "--device cuda, but torch.cuda.is_available() is False")
@@ -1077,7 +1121,15 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         model = task_call("moving Model to the device", lambda: model.to(device).eval())
         state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
         state_bytes = sum(nbytes(v) for v in state.values())
-        sets, adv_info = draw_sets(task, opts.seeds, opts.adversarial_sets, device, log)
+        set_key = (task_sha, opts.seeds, opts.adversarial_sets, str(device))
+        got = prefetch.take(set_key) if prefetch is not None else None
+        if got is not None:
+            sets, adv_info = got
+            log("input sets drawn ahead of time")
+        else:
+            sets, adv_info = draw_sets(task, opts.seeds, opts.adversarial_sets, device, log)
+        result["verification"]["sets_prefetched"] = got is not None
+        prefetch_next = (set_key, task, opts.seeds, opts.adversarial_sets, device)
         result["verification"]["adversarial"] = adv_info
         result["verification"]["n_adversarial"] = sum(1 for s in sets if s.kind == "adversarial")
         compute_reference(model, sets[0], device)  # sizes for poisoning and file limits
@@ -1090,8 +1142,7 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         if cand is not None:
             job_dir = cand.job_dir
         else:
-            job_dir = tempfile.mkdtemp(prefix="cuda-agent-cand-",
-                                       dir=hu.job_tmp_dir(opts.tmp_dir))
+            job_dir = tempfile.mkdtemp(prefix="cuda-agent-cand-", dir=opts.tmp_dir)
             os.chmod(job_dir, 0o700)
         torch.save([cpu_copy(x) for x in init_inputs], os.path.join(job_dir, "init_inputs.pt"))
         torch.save(state, os.path.join(job_dir, "state_dict.pt"))
@@ -1303,6 +1354,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
     finally:
         if cand is not None:
             cand.kill()
+        if prefetch is not None and prefetch_next is not None:
+            prefetch.start(*prefetch_next)
         if job_dir is not None and not opts.keep_temp:
             shutil.rmtree(job_dir, ignore_errors=True)
         elif job_dir is not None:
