@@ -518,6 +518,87 @@ static char *pch_entry(const char *cache)
     return dir;
 }
 
+/* ---- load_inline cuda sources (KernelBench mode: opts.inline_cuda) ---- */
+
+static const char kb_cu[] = "#include <torch/extension.h>\n"
+                            "__global__ void kb_kernel(int *o) { o[0] = 1; }\n"
+                            "int kb_add(int a, int b)\n{\n"
+                            "    TORCH_CHECK(a >= 0, \"a\");\n"
+                            "    (void)kb_kernel;\n"
+                            "    return a + b;\n}\n";
+static const char kb_binding[] =
+    "#include \"binding_registry.h\"\nint kb_add(int a, int b);\n"
+    "static void bind(pybind11::module_ &m) { m.def(\"kb_add\", kb_add); }\n"
+    "REGISTER_BINDING(\"kb_add\", bind);\n";
+
+TEST(inline_cuda_units_build_with_torch_headers)
+{
+    if (!have_nvcc())
+        return;
+    char *snap = snapshot("snap");
+    put_text(snap, "kb_add.cu", kb_cu);
+    put_text(snap, "kb_add_binding.cpp", kb_binding);
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    char *out = xstrfmt("%s/cuda_extension.so", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+
+    /* A workspace build: the .cu is plain CUDA, and nvcc does not find the torch header. */
+    REQUIRE(build(&o, snap, out, &r, &err) == 0);
+    CHECK(!r.ok);
+    CHECK_EQ(unit(&r, "kernels/kb_add.cu")->role, COMPILE_ROLE_CU);
+    CHECK_CONTAINS(unit(&r, "kernels/kb_add.cu")->log.data, "torch/extension.h");
+
+    o.inline_cuda = true;
+    REQUIRE(build(&o, snap, out, &r, &err) == 0);
+    if (!r.ok)
+        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", r.errors.data, r.full_log.data);
+    CHECK(r.ok);
+    const struct compile_unit_report *u = unit(&r, "kernels/kb_add.cu");
+    CHECK_EQ(u->role, COMPILE_ROLE_CU_TORCH);
+    CHECK_STR(compile_role_name(u->role), "cu-torch");
+    CHECK(u->ok && !u->cached && !u->used_pch);
+    /* The binding's object does not depend on the mode: the first build's is reused. */
+    CHECK(unit(&r, "kernels/kb_add_binding.cpp")->cached);
+    json_t *j = compile_report_to_json(&r);
+    CHECK_STR(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "units"), 0), "role")),
+        "cu-torch");
+    json_decref(j);
+    char key[HASH128_HEX_LEN + 1];
+    memcpy(key, u->key, sizeof(key));
+
+    /* Unchanged: from the cache, under the same key. */
+    REQUIRE(build(&o, snap, out, &r, &err) == 0);
+    CHECK(r.ok && r.link_cached);
+    CHECK(unit(&r, "kernels/kb_add.cu")->cached);
+    CHECK_STR(unit(&r, "kernels/kb_add.cu")->key, key);
+
+    /* A compiler error in it is reported as nvcc's, under the unit's name. */
+    put_text(snap, "kb_add.cu",
+             "#include <torch/extension.h>\nint kb_add(int a, int b) { return c; }\n");
+    REQUIRE(build(&o, snap, out, &r, &err) == 0);
+    CHECK(!r.ok);
+    CHECK_CONTAINS(r.errors.data, "kernels/kb_add.cu:2");
+
+    /* Without PyTorch nothing of a KernelBench build can be compiled. */
+    no_torch(&o);
+    CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+    CHECK(!unit(&r, "kernels/kb_add.cu")->ok);
+    CHECK_CONTAINS(unit(&r, "kernels/kb_add.cu")->log.data, "not built: PyTorch is not importable");
+
+    compile_report_release(&r);
+    free(cache);
+    free(snap);
+    free(lib);
+    free(out);
+}
+
 TEST(bindings_pch_link_and_module_cache)
 {
     if (!have_nvcc())
