@@ -691,10 +691,10 @@ static const char *torch_cxx_std(const struct compile__toolchain *tc)
 
 /*
  * nvcc for a load_inline cuda source (KernelBench mode): the flags torch's extension builder
- * gives such a file (its C++ standard, ABI, extension defines, the __CUDA_NO_HALF* defines that
- * keep torch's own half operators unambiguous, and the torch and Python include directories),
- * with this build's optimisation and architecture. No precompiled header: nvcc parses the
- * headers in its own front end, so a gcc .gch cannot serve it.
+ * gives such a file (its C++ standard, ABI and pybind11 ABI, extension defines, the __CUDA_NO_HALF*
+ * defines that keep torch's own half operators unambiguous, and the torch and Python include
+ * directories), with this build's optimisation and architecture. No precompiled header: nvcc parses
+ * the headers in its own front end, so a gcc .gch cannot serve it.
  */
 static void make_cu_torch_flags(struct build *b, const char *num)
 {
@@ -721,6 +721,8 @@ static void make_cu_torch_flags(struct build *b, const char *num)
     for (size_t i = 0; i < ARRAY_SIZE(common); i++)
         compile__argv_push(f, common[i]);
     compile__argv_pushf(f, "-D_GLIBCXX_USE_CXX11_ABI=%d", tc->cxx11_abi);
+    /* pybind11's inline functions must match the bindings' copies (one of them is linked). */
+    compile__argv_pushv(f, &tc->pybind11_defines);
     compile__argv_push(f, "-gencode");
     compile__argv_pushf(f, "arch=compute_%s,code=[sm_%s,compute_%s]", num, num, num);
     for (size_t i = 0; i < tc->torch_includes.n; i++) {
