@@ -18,6 +18,10 @@
  * - The precompiled header is an accelerator only: keys do not depend on it
  *   (it holds exactly the headers binding_registry.h includes first), and a
  *   binding that fails for a PCH-specific reason is retried without it.
+ * - So is the light torch/extension.h of cu-torch units (light/ in the build
+ *   directory, searched first): a load_inline source that includes
+ *   torch/extension.h gets the part of torch the policy lets it use, and a
+ *   unit that fails for want of a name is retried with the real header.
  * - Every path a compiler prints is mapped back to workspace-relative names
  *   before anyone reads it: units are compiled as "kernels/NAME" with the
  *   build directory as the working directory.
@@ -72,10 +76,25 @@ static const char pch_header[] =
     "#include <pybind11/pybind11.h>\n"
     "#include <vector>\n";
 
+/*
+ * What a load_inline source that includes torch/extension.h gets first (KernelBench mode). The
+ * real header adds torch's C++ frontend (nn, optim, data, jit, ...) and the Python bindings, which
+ * the policy refuses in such a source anyway, and which make nvcc, parsing them in three front
+ * ends, several times slower.
+ */
+#define LIGHT_DIR "light"
+static const char light_header[] =
+    "/* cuda-agent: the tensor API of torch/extension.h for load_inline sources. */\n"
+    "#pragma once\n"
+    "#include <torch/types.h>\n"
+    "#include <ATen/cuda/CUDAContext.h>\n"
+    "#include <c10/cuda/CUDAGuard.h>\n";
+
 /* Paths of the build directory bound read-only for compilers. */
-static const char *const ro_compile[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER, "pch", NULL};
-static const char *const ro_link[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER,
-                                      "pch",     "link",        NULL};
+static const char *const ro_compile[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER,
+                                         "pch",     LIGHT_DIR,     NULL};
+static const char *const ro_link[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER, "pch", LIGHT_DIR,
+                                      "link",    NULL};
 
 void compile_opts_init(struct compile_opts *o)
 {
@@ -288,8 +307,9 @@ struct unit {
 struct job {
     struct unit *u;
     struct compile_unit_report *rep;
-    struct compile__argv argv;       /* with the precompiled header, when used */
+    struct compile__argv argv;       /* with the precompiled header or light header, when used */
     struct compile__argv argv_plain; /* without it (retry); empty when not used */
+    bool light;                      /* argv has the light torch/extension.h (cu-torch) */
     char obj[40];                    /* obj/<n>.o in the build directory */
     const struct compile__argv *binds;
     /* Written by the worker. */
@@ -322,12 +342,32 @@ static bool pch_failure(const struct buf *out)
            strstr(out->data, "precompiled header") || strstr(out->data, "pch/pch.h: No such file");
 }
 
+/*
+ * A failure the light torch/extension.h may have caused: a name or header the real one would
+ * have brought (EDG's and gcc's words). A unit broken for any other reason fails the same way
+ * twice; that costs its author time, never a wrong verdict.
+ */
+static bool light_failure(const struct buf *out)
+{
+    static const char *const words[] = {
+        "is undefined",    "has no member",         "was not declared", "is not a member of",
+        "incomplete type", "no instance of",        "no matching",      "cannot open source file",
+        "No such file",    "not a class, namespace"};
+    for (size_t i = 0; i < ARRAY_SIZE(words); i++)
+        if (strstr(out->data, words[i]))
+            return true;
+    return false;
+}
+
 static void job_run(const struct ctx *c, struct job *j)
 {
     run_tool(c, c->build_dir, &j->argv, ro_compile, j->binds, &j->run);
-    j->used_pch = j->argv_plain.n > 0;
-    if (!j->run.ok && j->used_pch && !j->run.timed_out && pch_failure(&j->run.out)) {
-        LOG_INFO("compile: %s failed with the precompiled header; retrying without it", j->u->name);
+    bool accel = j->argv_plain.n > 0;
+    j->used_pch = accel && !j->light;
+    if (!j->run.ok && accel && !j->run.timed_out &&
+        (j->light ? light_failure(&j->run.out) : pch_failure(&j->run.out))) {
+        LOG_INFO("compile: %s failed with the %s; retrying without it", j->u->name,
+                 j->light ? "light torch/extension.h" : "precompiled header");
         j->retried = true;
         j->used_pch = false;
         int64_t first = j->run.elapsed_us;
@@ -645,8 +685,12 @@ static int prepare_build_dir(struct build *b, struct ca_err *err)
         return rc;
     b->ctx.build_dir = b->build_dir.data;
     b->dir_slash = xstrfmt("%s/", b->build_dir.data);
-    static const char *const subdirs[] = {"kernels", "obj", "pch", "link", "out", NULL};
+    static const char *const subdirs[] = {
+        "kernels", "obj", "pch", "link", "out", LIGHT_DIR, (LIGHT_DIR "/torch"), NULL};
     rc = make_dirs(b->build_dir.data, subdirs, err);
+    if (!rc)
+        rc = write_file(b->build_dir.data, LIGHT_DIR "/torch/extension.h", light_header,
+                        sizeof(light_header) - 1, err);
     for (size_t i = 0; !rc && i < b->n; i++)
         rc = write_file(b->build_dir.data, b->units[i].name, b->units[i].src.data,
                         b->units[i].src.len, err);
@@ -848,7 +892,16 @@ static void submit(struct build *b, struct unit *u, struct compile_unit_report *
                                   : cu_torch ? &b->cu_torch_flags
                                              : &b->cxx_flags);
     j->binds = cu ? &b->ctx.binds_cu : cu_torch ? &b->ctx.binds_cu_torch : &b->ctx.binds_cxx;
-    if (!cu && !cu_torch && b->pch_ready) {
+    /* The light header only matters to a source that includes torch/extension.h. */
+    j->light = cu_torch && memmem(u->src.data, u->src.len, "torch/extension.h", 17);
+    if (j->light) {
+        compile__argv_pushv(&j->argv_plain, &j->argv);
+        compile__argv_push(&j->argv_plain, "-o");
+        compile__argv_push(&j->argv_plain, j->obj);
+        compile__argv_push(&j->argv_plain, u->name);
+        compile__argv_push(&j->argv, "-I");
+        compile__argv_push(&j->argv, LIGHT_DIR);
+    } else if (!cu && !cu_torch && b->pch_ready) {
         compile__argv_pushv(&j->argv_plain, &j->argv);
         compile__argv_push(&j->argv_plain, "-o");
         compile__argv_push(&j->argv_plain, j->obj);
@@ -1065,7 +1118,9 @@ static void unit_logs(struct build *b, struct job *j, size_t *budget, size_t *om
     buf_init(&trimmed, 2 * RUN_OUTPUT_MAX + 4096);
     (void)!compile__log_normalize(sv_from(j->run.out.data, j->run.out.len), strip, &norm);
     char *title = xstrfmt("%s (%s%s)", ur->name, j->run.how,
-                          j->retried ? ", retried without the precompiled header" : "");
+                          !j->retried ? ""
+                          : j->light  ? ", retried with the full torch/extension.h"
+                                      : ", retried without the precompiled header");
     log_add(b->rep, title, &j->run.out, strip);
     free(title);
 

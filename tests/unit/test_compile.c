@@ -573,11 +573,25 @@ TEST(inline_cuda_units_build_with_torch_headers)
     char key[HASH128_HEX_LEN + 1];
     memcpy(key, u->key, sizeof(key));
 
+    /* torch/extension.h was the light one (the fake torch/types.h): no retry. */
+    CHECK(strstr(r.full_log.data, "retried") == NULL);
+
     /* Unchanged: from the cache, under the same key. */
     REQUIRE(build(&o, snap, out, &r, &err) == 0);
     CHECK(r.ok && r.link_cached);
     CHECK(unit(&r, "kernels/kb_add.cu")->cached);
     CHECK_STR(unit(&r, "kernels/kb_add.cu")->key, key);
+
+    /* A name only the full torch/extension.h declares (here pybind11's): retried with it. */
+    put_text(snap, "kb_add.cu",
+             "#include <torch/extension.h>\n"
+             "int kb_add(int a, int b) { pybind11::str s(a); (void)s; return a + b; }\n");
+    REQUIRE(build(&o, snap, out, &r, &err) == 0);
+    if (!r.ok)
+        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", r.errors.data, r.full_log.data);
+    CHECK(r.ok);
+    CHECK_CONTAINS(r.full_log.data, "kernels/kb_add.cu (exit 0, retried with the full "
+                                    "torch/extension.h)");
 
     /* A compiler error in it is reported as nvcc's, under the unit's name. */
     put_text(snap, "kb_add.cu",
