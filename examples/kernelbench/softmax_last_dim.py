@@ -326,6 +326,7 @@ extern "C" cudaError_t softmax_last_dim_launch(const float *x, float *out, int64
 
 # The function load_inline exposes: checks, allocation and the launch on the current stream.
 softmax_entry = r"""
+#include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
