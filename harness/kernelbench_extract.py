@@ -35,6 +35,8 @@ import sys
 
 EXIT_INPUT = 2
 MAX_BYTES = 4 * 1024 * 1024
+# Each generated file must fit the evaluator's snapshot limit (CA_LIMIT_TASK_BYTES).
+MAX_OUTPUT_BYTES = 1024 * 1024
 MAX_MODULES = 16
 MAX_FUNCTIONS = 64
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
@@ -548,16 +550,22 @@ def extract(path, out_dir):
         raise ExtractError(None, "%s cannot be parsed: %s" % (source_name, e))
     ex = Extractor(tree)
     modules = ex.run()
-    model_new = rewrite(text, tree, ex)
-    os.makedirs(os.path.join(out_dir, "kernels"), exist_ok=True)
+    files = [("model_new.py", rewrite(text, tree, ex))]
     summary = []
     for m in modules:
         if m["cuda"]:
-            write(out_dir, "kernels/kb_%s.cu" % m["name"], cuda_file(m))
-        write(out_dir, "kernels/kb_%s_binding.cpp" % m["name"], binding_file(m))
+            files.append(("kernels/kb_%s.cu" % m["name"], cuda_file(m)))
+        files.append(("kernels/kb_%s_binding.cpp" % m["name"], binding_file(m)))
         summary.append({"name": m["name"], "line": m["line"], "functions": m["functions"],
                         "cuda": bool(m["cuda"]), "ignored": m["ignored"]})
-    write(out_dir, "model_new.py", model_new)
+    # All or nothing: a refused file leaves nothing behind.
+    for rel, data in files:
+        if len(data.encode("utf-8")) > MAX_OUTPUT_BYTES:
+            raise ExtractError(None, "%s would be over %d bytes: keep the load_inline sources "
+                               "and the file smaller" % (rel, MAX_OUTPUT_BYTES))
+    os.makedirs(os.path.join(out_dir, "kernels"), exist_ok=True)
+    for rel, data in files:
+        write(out_dir, rel, data)
     return {"modules": summary, "functions": [f for m in modules for f in m["functions"]]}
 
 

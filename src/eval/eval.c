@@ -394,7 +394,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     if (rc) {
         if (rc == CA_EPARSE || rc == CA_ETOOBIG || rc == CA_EESCAPE) {
             json_object_set_new(report, "message", json_string(err->msg));
-            rc = finish(report, "snapshot", false, false, err);
+            rc = finish(report, kb ? "extract" : "snapshot", false, false, err);
         }
         goto out;
     }

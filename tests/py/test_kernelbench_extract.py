@@ -274,6 +274,15 @@ b = load_inline(name="same", cpp_sources="", functions=["g"])
     assert line == 6 and "lines 5 and 6" in message
 
 
+def test_generated_file_over_the_snapshot_limit(tmp_path):
+    line, message = error(tmp_path, HEAD + """
+BIG = "// %s"
+ext = load_inline(name="big", cpp_sources="", cuda_sources=BIG, functions=["f"])
+""" % ("x" * (1024 * 1024)) + MODEL)
+    # model_new.py keeps the constant, so it is the first file over the limit
+    assert line == 0 and "model_new.py would be over 1048576 bytes" in message
+
+
 def test_no_model_new(tmp_path):
     line, message = error(tmp_path, HEAD + """
 ext = load_inline(name="x", cpp_sources="", functions=["f"])
