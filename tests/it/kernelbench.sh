@@ -70,7 +70,7 @@ assert "the report names the file" [ "$(field 'd["kernelbench"]["file"]')" = dyn
 python3 - "$KB" <<'EOF'
 import sys
 src = open(sys.argv[1]).read()
-src = src.replace("0, stream>>>", ">>>", 1)
+src = src.replace(", 0, stream>>>", ">>>", 1)
 src = src.replace("return swish_ext.swish_scale_bias(", "return torch.sigmoid(x) * swish_ext.swish_scale_bias(", 1)
 open("policy.py", "w").write(src)
 EOF
