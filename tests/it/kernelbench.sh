@@ -5,7 +5,10 @@
 # nvcc is installed, a --compile-only build of examples/kernelbench (which needs PyTorch for the
 # bindings: without it, exit 69 and a clear message). The GPU path is tests/gpu/test_kernelbench.py.
 . "$CA_REPO/tests/it/lib.sh"
-export CUDA_AGENT_CACHE_DIR=$PWD/cache
+# Shared across runs (content-addressed), and generous compiler limits: with PyTorch installed
+# the builds below parse the torch headers, minutes on a busy two-core machine.
+export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}
+export CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900}
 TASK=$CA_REPO/examples/tasks/swish_scale_bias.py
 KB=$CA_REPO/examples/kernelbench/swish_scale_bias.py
 field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$OUT" "$1"; }
