@@ -22,6 +22,7 @@ static const struct cli_cmd commands[] = {
     {"workspace", cmd_workspace, "create or check an episode workspace from a task"},
     {"eval", cmd_eval, "compile, verify, profile and reward a workspace"},
     {"tool", cmd_tool, "run one agent tool call in an episode's sandbox (persistent shell)"},
+    {"run", cmd_run, "let a model solve a task in a sandboxed episode (agent loop) and score it"},
     {"data", cmd_data,
      "list, check and import task sources (.py, KernelBench tree, JSONL, parquet)"},
     {"version", cmd_version, "print the version"},

@@ -43,6 +43,8 @@
 #define CA_LIMIT_MODEL_REQUEST (64 * CA_MIB)
 /* One line of a trajectory file read back by `run --resume`. */
 #define CA_LIMIT_TRAJECTORY_LINE (32 * CA_MIB)
+/* A whole trajectory file read back by `run --resume`. */
+#define CA_LIMIT_TRAJECTORY_BYTES (1024 * CA_MIB)
 /* Length of an identifier (task id, episode id, name). */
 #define CA_LIMIT_ID 128
 /* Operators listed for one task. */
