@@ -163,7 +163,9 @@ int cmd_run(int argc, char **argv)
         {"request-timeout", 0, CLI_OPT_INT, &timeout_s, "SEC",
          "limit on one model request (default 600)", 1, 86400},
         {"stall-timeout", 0, CLI_OPT_INT, &stall_s, "SEC",
-         "cut a reply that sends nothing for SEC (default 120)", 1, 86400},
+         "cut a reply when nothing arrives for SEC (default off: a reply\n"
+         "                               arrives whole, so SEC must exceed the longest generation)",
+         1, 86400},
         {"retries", 0, CLI_OPT_INT, &retries, "N",
          "retries on 429, 5xx and connection errors (default 4)", 0, 100},
         {"retry-backoff-ms", 0, CLI_OPT_INT, &backoff_ms, "MS",

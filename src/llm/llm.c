@@ -6,9 +6,8 @@
  * survive between turns. The reply goes into a bounded buffer: the write
  * callback refuses bytes past the bound, which aborts the transfer
  * (CA_ETOOBIG, not retried). Every attempt has a total time limit, a connect
- * limit and a stall limit (CURLOPT_LOW_SPEED_*), all clipped to the caller's
- * deadline; waits between attempts are clipped the same way and sliced so
- * that the cancel flag is seen within 50 ms.
+ * limit and an optional stall limit, all clipped to the caller's deadline; waits between attempts
+ * are clipped the same way and sliced so that the cancel flag is seen within 50 ms.
  */
 #include "llm/llm.h"
 
@@ -25,7 +24,6 @@
 
 #define DEFAULT_TIMEOUT_MS 600000
 #define DEFAULT_CONNECT_MS 10000
-#define DEFAULT_STALL_MS 120000
 #define DEFAULT_RETRIES 4
 #define DEFAULT_BACKOFF_MS 1000
 #define DEFAULT_BACKOFF_MAX_MS 60000
@@ -73,8 +71,11 @@ static void curl_init(void)
 }
 
 struct write_ctx {
+    const struct llm_client *c;
     struct buf *b;
-    bool too_big;
+    bool too_big, stalled;
+    curl_off_t last_dl;
+    int64_t last_us; /* when bytes last arrived (or the attempt began) */
 };
 
 static size_t on_write(char *p, size_t size, size_t n, void *data)
@@ -87,19 +88,31 @@ static size_t on_write(char *p, size_t size, size_t n, void *data)
     return size * n;
 }
 
+/* Cancel, and the stall limit: time since the last byte arrived (our own
+ * clock rather than CURLOPT_LOW_SPEED_*, whose averaging window lets a silent
+ * reply run several seconds past its limit). */
 static int on_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow)
 {
-    const struct llm_client *c = data;
-    return c->o.cancel && *c->o.cancel ? 1 : 0;
+    struct write_ctx *w = data;
+    if (w->c->o.cancel && *w->c->o.cancel)
+        return 1;
+    int64_t now = ca_now_us();
+    if (dlnow != w->last_dl) {
+        w->last_dl = dlnow;
+        w->last_us = now;
+    } else if (w->c->o.stall_ms > 0 && now - w->last_us > w->c->o.stall_ms * 1000) {
+        w->stalled = true;
+        return 1;
+    }
+    return 0;
 }
 
 static int curl_post(void *data, struct llm_http *h, struct ca_err *err)
 {
     struct llm_client *c = data;
     CURL *k = c->curl;
-    struct write_ctx w = {h->resp, false};
-    long stall_s = (long)((c->o.stall_ms + 999) / 1000);
+    struct write_ctx w = {.c = c, .b = h->resp, .last_us = ca_now_us()};
     curl_easy_setopt(k, CURLOPT_URL, h->url);
     curl_easy_setopt(k, CURLOPT_POST, 1L);
     curl_easy_setopt(k, CURLOPT_POSTFIELDS, h->body);
@@ -111,12 +124,10 @@ static int curl_post(void *data, struct llm_http *h, struct ca_err *err)
     curl_easy_setopt(
         k, CURLOPT_CONNECTTIMEOUT_MS,
         (long)(c->o.connect_timeout_ms < h->timeout_ms ? c->o.connect_timeout_ms : h->timeout_ms));
-    curl_easy_setopt(k, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(k, CURLOPT_LOW_SPEED_TIME, stall_s > 0 ? stall_s : 1L);
     curl_easy_setopt(k, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(k, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(k, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(k, CURLOPT_XFERINFODATA, c);
+    curl_easy_setopt(k, CURLOPT_XFERINFODATA, &w);
     curl_easy_setopt(k, CURLOPT_ACCEPT_ENCODING, "");
     curl_easy_setopt(k, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(k, CURLOPT_ERRORBUFFER, c->curl_err);
@@ -137,6 +148,10 @@ static int curl_post(void *data, struct llm_http *h, struct ca_err *err)
                         "the model's reply is over the limit of %zu bytes (cut off)", h->resp->max);
     if (cc == CURLE_OPERATION_TIMEDOUT)
         return err_setf(err, CA_ETIMEOUT, "the model server did not answer in time: %s", why);
+    if (cc == CURLE_ABORTED_BY_CALLBACK && w.stalled)
+        return err_setf(err, CA_ETIMEOUT,
+                        "the model server did not answer in time: nothing received for %lld ms",
+                        (long long)c->o.stall_ms);
     if (cc == CURLE_ABORTED_BY_CALLBACK)
         return err_setf(err, CA_ETIMEOUT, "the request was cancelled");
     if (cc == CURLE_UNSUPPORTED_PROTOCOL || cc == CURLE_URL_MALFORMAT)
@@ -176,8 +191,6 @@ int llm_client_new(const struct llm_opts *o, struct llm_client **out, struct ca_
         c->o.timeout_ms = DEFAULT_TIMEOUT_MS;
     if (c->o.connect_timeout_ms <= 0)
         c->o.connect_timeout_ms = DEFAULT_CONNECT_MS;
-    if (c->o.stall_ms <= 0)
-        c->o.stall_ms = DEFAULT_STALL_MS;
     if (c->o.retries < 0)
         c->o.retries = DEFAULT_RETRIES;
     if (c->o.backoff_ms <= 0)

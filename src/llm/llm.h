@@ -14,8 +14,9 @@
  * parser), token usage, and logprobs / token ids when the server sent them.
  *
  * Replies are read into a buffer bounded by opts.max_reply (default
- * CA_LIMIT_MODEL_REPLY); a request has a total time limit and a stall limit
- * (no byte received for stall_ms), so a reply that never ends is cut.
+ * CA_LIMIT_MODEL_REPLY); a request has a total time limit and an optional
+ * stall limit (no byte received for stall_ms), so a reply that never ends is
+ * cut.
  *
  * The API key is sent only in the Authorization header and never appears in
  * messages, logs or errors. A client belongs to one thread. The HTTP layer
@@ -37,23 +38,25 @@
 struct llm_opts {
     const char *base_url; /* ".../v1"; "/chat/completions" is appended */
     const char *model;
-    const char *api_key;        /* NULL or "": no Authorization header */
-    double temperature;         /* < 0: not sent */
-    double top_p;               /* < 0: not sent */
-    int64_t max_tokens;         /* <= 0: not sent */
-    int64_t seed;               /* < 0: not sent */
-    const char *tool_choice;    /* "auto" (default), "required", "none" */
-    bool logprobs;              /* ask for logprobs ("logprobs": true) */
-    bool token_ids;             /* ask for token ids ("return_token_ids": true, vLLM) */
-    bool no_text_tools;         /* do not look for text-form tool calls */
-    int64_t timeout_ms;         /* one attempt, whole request; default 600000 */
-    int64_t connect_timeout_ms; /* default 10000 */
-    int64_t stall_ms;           /* cut a reply that sends nothing for this long; default 120000 */
-    int retries;                /* attempts after the first; < 0: default 4 */
-    int64_t backoff_ms;         /* first wait; doubles per retry; default 1000 */
-    int64_t backoff_max_ms;     /* cap on one wait (also on Retry-After); default 60000 */
-    size_t max_reply;           /* bytes; 0: CA_LIMIT_MODEL_REPLY */
-    int64_t deadline_us;        /* ca_now_us() clock; 0: none. No attempt or wait passes it */
+    const char *api_key;           /* NULL or "": no Authorization header */
+    double temperature;            /* < 0: not sent */
+    double top_p;                  /* < 0: not sent */
+    int64_t max_tokens;            /* <= 0: not sent */
+    int64_t seed;                  /* < 0: not sent */
+    const char *tool_choice;       /* "auto" (default), "required", "none" */
+    bool logprobs;                 /* ask for logprobs ("logprobs": true) */
+    bool token_ids;                /* ask for token ids ("return_token_ids": true, vLLM) */
+    bool no_text_tools;            /* do not look for text-form tool calls */
+    int64_t timeout_ms;            /* one attempt, whole request; default 600000 */
+    int64_t connect_timeout_ms;    /* default 10000 */
+    int64_t stall_ms;              /* cut a reply when nothing arrives for this long; 0: off. A
+                                    * non-streamed reply sends nothing until the completion is done,
+                                    * so this must exceed the longest generation. */
+    int retries;                   /* attempts after the first; < 0: default 4 */
+    int64_t backoff_ms;            /* first wait; doubles per retry; default 1000 */
+    int64_t backoff_max_ms;        /* cap on one wait (also on Retry-After); default 60000 */
+    size_t max_reply;              /* bytes; 0: CA_LIMIT_MODEL_REPLY */
+    int64_t deadline_us;           /* ca_now_us() clock; 0: none. No attempt or wait passes it */
     volatile sig_atomic_t *cancel; /* when set non-zero, the request is abandoned (CA_ETIMEOUT) */
 };
 
