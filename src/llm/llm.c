@@ -266,12 +266,12 @@ static bool wait_ms(const struct llm_client *c, int64_t ms)
     for (;;) {
         if (cancelled(c))
             return false;
-        int64_t left = (end - ca_now_us()) / 1000;
+        int64_t left = end - ca_now_us();
         if (left <= 0)
             return true;
-        if (left > 50)
-            left = 50;
-        struct timespec ts = {0, (long)left * 1000000L};
+        if (left > 50000)
+            left = 50000;
+        struct timespec ts = {0, (long)left * 1000L};
         nanosleep(&ts, NULL);
     }
 }
@@ -359,7 +359,11 @@ int llm_chat(struct llm_client *c, struct sv messages_json, struct sv tools_json
         } else {
             retry = rc == CA_EUNAVAIL || (rc == CA_ETIMEOUT && !cancelled(c));
         }
-        if (!retry || attempt >= c->o.retries || cancelled(c))
+        if (retry && cancelled(c)) {
+            rc = err_setf(err, CA_ETIMEOUT, "the request was cancelled");
+            break;
+        }
+        if (!retry || attempt >= c->o.retries)
             break;
         if (wait < 0) {
             wait = c->o.backoff_ms << (attempt < 16 ? attempt : 16);
