@@ -474,10 +474,10 @@ static int turn(struct run *r, struct ca_err *err)
     int64_t limit = r->context_tokens;
     if (r->llm_opts.max_tokens > 0 && r->llm_opts.max_tokens < limit)
         limit -= r->llm_opts.max_tokens;
-    int64_t target = (int64_t)((double)limit * AGENT_ELIDE_AT);
     size_t elided = 0;
-    if (agent_conv_tokens(r->conv, r->tools_json.len) > target)
-        elided = agent_conv_elide(r->conv, target, r->tools_json.len, keep_from);
+    if (agent_conv_tokens(r->conv, r->tools_json.len) > (int64_t)((double)limit * AGENT_ELIDE_AT))
+        elided = agent_conv_elide(r->conv, (int64_t)((double)limit * AGENT_ELIDE_TO),
+                                  r->tools_json.len, keep_from);
     int64_t tokens = agent_conv_tokens(r->conv, r->tools_json.len);
     if (tokens > limit) {
         char d[128];

@@ -41,8 +41,12 @@
 #define AGENT_CONTEXT_DEFAULT 131072
 #define AGENT_TOOL_OUTPUT_DEFAULT (16 * 1024)
 #define AGENT_TRAJECTORY_FORMAT 1
-/* The conversation is trimmed when its estimate passes this share of the budget. */
+/* When the estimate passes AGENT_ELIDE_AT of the budget, old tool outputs are
+ * elided down to AGENT_ELIDE_TO: in steps, not one per turn, because each
+ * elision changes an early part of the prompt and so defeats the server's
+ * prefix cache from there on. */
 #define AGENT_ELIDE_AT 0.9
+#define AGENT_ELIDE_TO 0.7
 
 enum agent_event_kind {
     AGENT_EV_TURN,  /* a request to the model is about to go out */

@@ -2,12 +2,13 @@
  * agent_conv.c - the conversation sent to the model, kept serialised.
  *
  * Invariant: c->json always holds "[" + the compact dump of every message,
- * comma-separated, + "]". Appending a message dumps only that message
- * (O(message), not O(history)); eliding rewrites the whole cache, which
- * happens only near the context budget. Token estimates are scaled from the
- * server's own count of the last request (prompt_tokens / request bytes),
- * which tracks the tokenizer's bytes-per-token ratio; before the first reply
- * with usage, 4 bytes count as one token.
+ * comma-separated, + "]", and c->spans[i] says where message i lies in it.
+ * Appending a message dumps only that message (O(message), not O(history));
+ * eliding dumps only the messages it changed and copies every other one
+ * from the old cache (jansson's encoder is slow enough that re-dumping a
+ * long conversation costs milliseconds; memcpy costs microseconds). Token estimates are scaled from
+ * the server's own count of the last request (prompt_tokens / request bytes), which tracks the
+ * tokenizer's bytes-per-token ratio; before the first reply with usage, 4 bytes count as one token.
  */
 #include "agent/agent_internal.h"
 
@@ -20,9 +21,16 @@
 
 #define BYTES_PER_TOKEN 4
 
+struct span {
+    size_t off, len;
+    bool dirty; /* changed since it was serialised */
+};
+
 struct agent_conv {
     json_t *msgs;    /* array of message objects */
     struct buf json; /* serialised msgs */
+    struct span *spans;
+    size_t spans_alloc;
     int64_t usage_tokens;
     size_t usage_bytes;
 };
@@ -43,6 +51,7 @@ void agent_conv_free(struct agent_conv *c)
         return;
     json_decref(c->msgs);
     buf_release(&c->json);
+    free(c->spans);
     free(c);
 }
 
@@ -50,10 +59,13 @@ int agent_conv_append(struct agent_conv *c, json_t *msg)
 {
     size_t before = c->json.len;
     buf_truncate(&c->json, before - 1); /* drop "]" */
+    size_t n = json_array_size(c->msgs);
     int rc = 0;
-    if (json_array_size(c->msgs))
+    if (n)
         rc = buf_addch(&c->json, ',');
+    size_t off = c->json.len;
     rc = rc ? rc : jsonx_dump(msg, 0, &c->json);
+    size_t len = c->json.len - off;
     rc = rc ? rc : buf_addch(&c->json, ']');
     if (rc) {
         buf_truncate(&c->json, before - 1);
@@ -62,6 +74,8 @@ int agent_conv_append(struct agent_conv *c, json_t *msg)
         json_decref(msg);
         return CA_ETOOBIG;
     }
+    ALLOC_GROW(c->spans, n + 1, c->spans_alloc);
+    c->spans[n] = (struct span){off, len, false};
     json_array_append_new(c->msgs, msg);
     return 0;
 }
@@ -101,19 +115,29 @@ int64_t agent_conv_tokens(const struct agent_conv *c, size_t extra_bytes)
     return tokens_for(c, c->json.len + extra_bytes);
 }
 
+/* Re-serialise: dirty messages are dumped, the others copied from the old cache. */
 static int rebuild(struct agent_conv *c)
 {
-    buf_reset(&c->json);
-    int rc = buf_addch(&c->json, '[');
+    struct buf old = c->json;
+    buf_init(&c->json, old.max);
+    int rc = buf_reserve(&c->json, old.len);
+    rc = rc ? rc : buf_addch(&c->json, '[');
     size_t i;
     json_t *m;
     json_array_foreach(c->msgs, i, m)
     {
+        struct span *sp = &c->spans[i];
         if (i)
             rc = rc ? rc : buf_addch(&c->json, ',');
-        rc = rc ? rc : jsonx_dump(m, 0, &c->json);
+        size_t off = c->json.len;
+        if (rc == 0)
+            rc = sp->dirty ? jsonx_dump(m, 0, &c->json)
+                           : buf_add(&c->json, old.data + sp->off, sp->len);
+        *sp = (struct span){off, c->json.len - off, false};
     }
-    return rc ? rc : buf_addch(&c->json, ']');
+    rc = rc ? rc : buf_addch(&c->json, ']');
+    buf_release(&old);
+    return rc;
 }
 
 size_t agent_conv_elide(struct agent_conv *c, int64_t target_tokens, size_t extra_bytes,
@@ -140,6 +164,7 @@ size_t agent_conv_elide(struct agent_conv *c, int64_t target_tokens, size_t extr
         size_t mlen = strlen(marker);
         bytes -= mlen < len ? len - mlen : 0;
         json_object_set_new(m, "content", json_string(marker));
+        c->spans[i].dirty = true;
         free(marker);
         n++;
     }

@@ -57,7 +57,7 @@ struct llm_client {
     struct curl_slist *headers;
     char curl_err[CURL_ERROR_SIZE];
     struct llm_transport transport;
-    bool too_big;
+    struct buf req, resp; /* kept between calls: no page faults on big conversations */
 };
 
 /* ---- libcurl transport ---- */
@@ -178,6 +178,8 @@ int llm_client_new(const struct llm_opts *o, struct llm_client **out, struct ca_
         return err_setf(err, CA_EUNAVAIL, "libcurl cannot start: %s",
                         curl_easy_strerror(curl_init_rc));
     struct llm_client *c = xcalloc(1, sizeof(*c));
+    buf_init(&c->req, 0);
+    buf_init(&c->resp, 0);
     c->o = *o;
     c->base_url = xstrdup(o->base_url);
     c->model = xstrdup(o->model);
@@ -221,6 +223,8 @@ int llm_client_new(const struct llm_opts *o, struct llm_client **out, struct ca_
     c->headers = curl_slist_append(c->headers, ua);
     free(ua);
     c->transport = (struct llm_transport){c, curl_post};
+    buf_init(&c->req, CA_LIMIT_MODEL_REQUEST);
+    buf_init(&c->resp, c->o.max_reply);
     *out = c;
     return 0;
 }
@@ -232,6 +236,8 @@ void llm_client_free(struct llm_client *c)
     if (c->curl)
         curl_easy_cleanup(c->curl);
     curl_slist_free_all(c->headers);
+    buf_release(&c->req);
+    buf_release(&c->resp);
     if (c->api_key)
         explicit_bzero(c->api_key, strlen(c->api_key));
     free(c->api_key);
@@ -307,16 +313,13 @@ static bool context_overflow(const char *msg)
 int llm_chat(struct llm_client *c, struct sv messages_json, struct sv tools_json, int64_t seq,
              struct llm_reply *r, struct ca_err *err)
 {
-    struct buf req, resp;
-    buf_init(&req, CA_LIMIT_MODEL_REQUEST);
-    buf_init(&resp, c->o.max_reply);
-    int rc = llm_build_request(&c->o, messages_json, tools_json, &req);
-    if (rc) {
-        rc = err_setf(err, CA_ETOOBIG, "the request is over the limit of %zu bytes",
-                      (size_t)CA_LIMIT_MODEL_REQUEST);
-        goto out;
-    }
-    int64_t t0 = ca_now_us();
+    struct buf *req = &c->req, *resp = &c->resp;
+    buf_reset(req);
+    int rc = llm_build_request(&c->o, messages_json, tools_json, req);
+    if (rc)
+        return err_setf(err, CA_ETOOBIG, "the request is over the limit of %zu bytes",
+                        (size_t)CA_LIMIT_MODEL_REQUEST);
+    r->http_us = 0;
     for (int attempt = 0;; attempt++) {
         int64_t timeout = c->o.timeout_ms;
         if (c->o.deadline_us) {
@@ -328,22 +331,24 @@ int llm_chat(struct llm_client *c, struct sv messages_json, struct sv tools_json
             if (left < timeout)
                 timeout = left;
         }
-        buf_reset(&resp);
+        buf_reset(resp);
         struct llm_http h = {
-            .url = c->url, .body = req.data, .len = req.len, .timeout_ms = timeout, .resp = &resp};
+            .url = c->url, .body = req->data, .len = req->len, .timeout_ms = timeout, .resp = resp};
         r->attempts = attempt + 1;
+        int64_t p0 = ca_now_us();
         rc = c->transport.post(c->transport.data, &h, err);
+        r->http_us += ca_now_us() - p0;
         r->status = h.status;
         bool retry = false;
         int64_t wait = -1;
         if (rc == 0 && h.status >= 200 && h.status < 300) {
-            rc = llm_parse_reply(sv_from(resp.data, resp.len), c->o.no_text_tools ? 1 : 0, seq, r,
+            rc = llm_parse_reply(sv_from(resp->data, resp->len), c->o.no_text_tools ? 1 : 0, seq, r,
                                  err);
             break;
         }
         if (rc == 0) {
             char msg[CA_ERR_MSG_MAX];
-            describe_body(&resp, msg, sizeof(msg));
+            describe_body(resp, msg, sizeof(msg));
             if (h.status == 429 || h.status == 408 || h.status >= 500) {
                 retry = true;
                 wait = h.retry_after_ms;
@@ -380,14 +385,13 @@ int llm_chat(struct llm_client *c, struct sv messages_json, struct sv tools_json
         }
         LOG_INFO("model request failed (%s); attempt %d of %d in %lld ms", err ? err->msg : "",
                  attempt + 2, c->o.retries + 1, (long long)wait);
-        if (!wait_ms(c, wait)) {
+        int64_t w0 = ca_now_us();
+        bool waited = wait_ms(c, wait);
+        r->http_us += ca_now_us() - w0;
+        if (!waited) {
             rc = err_setf(err, CA_ETIMEOUT, "the request was cancelled");
             break;
         }
     }
-    r->http_us = ca_now_us() - t0;
-out:
-    buf_release(&req);
-    buf_release(&resp);
     return rc;
 }

@@ -91,7 +91,8 @@ struct llm_reply {
     json_t *reasoning;        /* reasoning_content, or NULL; owned */
     long status;              /* HTTP status of the last attempt */
     int attempts;
-    int64_t http_us; /* time spent in the transport (all attempts and waits) */
+    int64_t http_us; /* time in the transport and in waits between attempts; building the
+                      * request and parsing the reply are not counted */
 };
 
 void llm_reply_init(struct llm_reply *r);
