@@ -341,18 +341,19 @@ static int open_traj(struct run *r, const json_t **header, json_t **lines, struc
     if (!first || !json_is_string(json_object_get(first, "type")) ||
         strcmp(json_string_value(json_object_get(first, "type")), "header") != 0)
         return err_setf(err, CA_EPARSE, "%s does not start with a header line", r->traj_path);
-    size_t i;
-    const json_t *line;
-    json_array_foreach(*lines, i, line)
-    {
-        const char *type = json_string_value(json_object_get(line, "type"));
-        if (type && strcmp(type, "final") == 0)
-            return err_setf(err, CA_EUSAGE,
-                            "the episode in %s already finished (%s); nothing to "
-                            "resume",
-                            r->out_dir,
-                            json_string_value(json_object_get(line, "stop_reason")) ?: "?");
-    }
+    /* An episode that ended for good is not resumed; one that the server, a
+     * signal or the clock stopped is (its final line stays as a record). */
+    const json_t *last = json_array_get(*lines, json_array_size(*lines) - 1);
+    const char *type = json_string_value(json_object_get(last, "type"));
+    const char *why = json_string_value(json_object_get(last, "stop_reason"));
+    if (type && strcmp(type, "final") == 0 && why && strcmp(why, "model_error") != 0 &&
+        strcmp(why, "interrupted") != 0 && strcmp(why, "wall_clock") != 0 &&
+        !(strcmp(why, "max_turns") == 0 &&
+          r->o->max_turns > json_integer_value(json_object_get(last, "turns"))))
+        return err_setf(
+            err, CA_EUSAGE, "the episode in %s already finished (%s); nothing to resume%s",
+            r->out_dir, why,
+            strcmp(why, "max_turns") == 0 ? " (give a higher --max-turns to go on)" : "");
     *header = first;
     r->traj_fd = open(r->traj_path, O_WRONLY | O_APPEND | O_CLOEXEC);
     if (r->traj_fd < 0)

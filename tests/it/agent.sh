@@ -198,6 +198,11 @@ expect "server failing for good" 1 "stop: model_error"
 assert "two attempts" [ "$(reqs)" -eq 2 ]
 assert "error line" [ "$(py "$PWD/fail/trajectory.jsonl" '[x["type"] for x in L]')" = "['header', 'error', 'final']" ]
 assert "error names the status" grep -q 'HTTP 502' "$PWD/fail/trajectory.jsonl"
+echo '[{"tool_calls": [{"name": "Bash", "arguments": {"command": "true"}}]}, {"content": "back"}]' >back.json
+serve back
+run "$CA" run --resume "$PWD/fail" --base-url "$URL" "${SANDBOX[@]}"
+expect "an episode the server stopped resumes" 0 "stop: answer after 2 turn(s)"
+assert "resumed after the error" [ "$(py "$PWD/fail/trajectory.jsonl" '[x["type"] for x in L]')" = "['header', 'error', 'final', 'resume', 'turn', 'turn', 'final']" ]
 
 cat >refused.json <<'EOF'
 [{"status": 401, "body": "{\"error\": {\"message\": \"invalid api key\"}}"}]
@@ -245,6 +250,10 @@ serve loop
 agent --out "$PWD/loop" --no-eval --max-turns 3
 expect "turn limit" 0 "stop: max_turns after 3 turn(s)"
 assert "three requests" [ "$(reqs)" -eq 3 ]
+run "$CA" run --resume "$PWD/loop" --base-url "$URL" "${SANDBOX[@]}"
+expect "the turn limit is final" 2 "" "higher --max-turns"
+run "$CA" run --resume "$PWD/loop" --base-url "$URL" --max-turns 4 "${SANDBOX[@]}"
+expect "a higher turn limit goes on" 0 "stop: max_turns after 4 turn(s)"
 assert "limit told to the model" [ "$(py "$LOG" '"at most 3 turns" in L[0]["body"]["messages"][0]["content"]')" = True ]
 
 # ---- the wall clock ----
