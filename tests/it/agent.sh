@@ -317,5 +317,39 @@ assert "resume note sent" [ "$(py "$LOG" '"resumed" in L[0]["body"]["messages"][
 assert "model from the trajectory" [ "$(py "$LOG" 'L[0]["body"]["model"]')" = test-model ]
 assert "files survived" [ -f "$PWD/killed/workspace/kernels/two.txt" ]
 
+# ---- SIGTERM: the request in flight is abandoned, the episode ends resumable ----
+echo '[{"delay": 30, "content": "too late"}]' >term.json
+serve term
+"$CA" run --task "$TASK" --model test-model --base-url "$URL" "${SANDBOX[@]}" --out "$PWD/term" --no-eval >"$OUT" 2>"$ERR" &
+AGENT_PID=$!
+for _ in $(seq 200); do [ "$(reqs)" -ge 1 ] && break; sleep 0.05; done
+t0=$(date +%s)
+kill -TERM "$AGENT_PID"
+wait "$AGENT_PID"
+RC=$?
+expect "SIGTERM stops the run" 1 "stop: interrupted"
+assert "stopped within 3 s" [ $(($(date +%s) - t0)) -le 3 ]
+assert "final line written" [ "$(py "$PWD/term/trajectory.jsonl" 'L[-1]["stop_reason"]')" = interrupted ]
+echo '[{"content": "after the signal"}]' >term2.json
+serve term2
+run "$CA" run --resume "$PWD/term" --base-url "$URL" "${SANDBOX[@]}"
+expect "an interrupted episode resumes" 0 "stop: answer after 1 turn(s)"
+
+# ---- the live display on a terminal ----
+if command -v script >/dev/null; then
+    echo '[{"tool_calls": [{"name": "Bash", "arguments": {"command": "sleep 0.2"}}]}, {"content": "ok"}]' >tty.json
+    serve tty
+    run script -qec "$CA run --task $TASK --model test-model --base-url $URL ${SANDBOX[*]} --out $PWD/tty --no-eval" /dev/null
+    expect "runs on a terminal" 0 "stop: answer"
+    assert "status line shows turn and tool" grep -q '\[turn 1/200\] Bash' "$OUT"
+    assert "status line rewritten in place" grep -q $'\r\033\[K' "$OUT"
+    serve tty
+    agent --out "$PWD/notty" --no-eval
+    expect "runs without a terminal" 0 "stop: answer"
+    assert "quiet without a terminal" [ ! -s "$ERR" ]
+else
+    echo "skip: live display (script(1) is not installed)"
+fi
+
 stop_server
 finish
