@@ -61,6 +61,9 @@ for sol in examples/solutions/*/; do
     echo "// touched $(date +%s%N)" >>"$cu"
     run_eval "$name.warm-cu-changed" "$ws"
     run_eval "$name.warm-unchanged" "$ws"
+    b=$(ls "$ws"/kernels/*_binding.cpp | head -1)
+    echo "// touched $(date +%s%N)" >>"$b"
+    run_eval "$name.binding-changed" "$ws"
 done
 
 # Broken candidates: each must fail, naming the reason.

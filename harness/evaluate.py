@@ -57,6 +57,9 @@ TESTING_ENV = "CUDA_AGENT_HARNESS_TESTING"
 DEFAULT_TOL = 1e-2
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_SEEDS = 5
+# How long an evaluation waits for a pre-warmed candidate that is still importing torch
+# before it starts one of its own.
+PREWARM_WAIT_S = 30.0
 MAX_FIRST_MISMATCHES = 5
 BASELINE_CACHE_VERSION = 1
 
@@ -146,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the torch.compile baseline")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter for the candidate process (default: this one)")
-    p.add_argument("--tmp-dir", default=None, help="where candidate directories are made")
+    p.add_argument("--tmp-dir", default=None,
+                   help="where candidate directories are made (default: /dev/shm when it has "
+                        "8 GiB free, else TMPDIR)")
     p.add_argument("--keep-temp", action="store_true",
                    help="keep the candidate's directory (debugging)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -614,11 +619,16 @@ class CandidateProcess:
 
     MAX_MESSAGES = 10000
 
-    def __init__(self, python: str, job_dir: str, env: dict[str, str], timeout_s: float):
+    def __init__(self, python: str, job_dir: str, env: dict[str, str], timeout_s: float,
+                 prewarm_device: str | None = None):
+        """Starts the candidate on job_dir now; with prewarm_device, starts it pre-warmed
+        (torch imported, the device initialised) and waiting for start_job()."""
         r, w = os.pipe()
+        mode = ["--prewarm", "--device", prewarm_device] if prewarm_device else \
+            ["--job", job_dir]
         try:
             self.proc = subprocess.Popen(
-                [python, "-B", CANDIDATE_PY, "--job", job_dir, "--report-fd", str(w)],
+                [python, "-B", CANDIDATE_PY, *mode, "--report-fd", str(w)],
                 cwd=job_dir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, pass_fds=(w,), start_new_session=True,
                 close_fds=True)
@@ -627,9 +637,11 @@ class CandidateProcess:
             os.close(w)
             raise
         os.close(w)
+        self.job_dir = job_dir
         self.started = time.monotonic()
         self.deadline = self.started + timeout_s
         self.timeout_s = timeout_s
+        self.waiting = prewarm_device is not None
         self._killed = False
         self.messages: queue.Queue[Any] = queue.Queue()
         self._tail = bytearray()
@@ -638,6 +650,26 @@ class CandidateProcess:
         self._reader.start()
         self._drain = threading.Thread(target=self._read_output, daemon=True)
         self._drain.start()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Pre-warmed only: True once the process said "ready" (within timeout_s)."""
+        try:
+            msg = self.messages.get(timeout=max(0.0, timeout_s))
+        except queue.Empty:
+            return False
+        if isinstance(msg, dict) and msg.get("type") == "ready":
+            return True
+        self.kill()  # died or misbehaved before its job
+        return False
+
+    def start_job(self, timeout_s: float) -> None:
+        """Pre-warmed only: hand over its job (already written into job_dir); the wall-clock
+        limit counts from now."""
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout_s
+        self.timeout_s = timeout_s
+        self.waiting = False
+        self.send(self.job_dir)
 
     def _read_messages(self, fd: int) -> None:
         count = 0
@@ -736,6 +768,54 @@ def candidate_env(job_dir: str) -> dict[str, str]:
     env.update(HOME=job_dir, TMPDIR=job_dir, PYTHONDONTWRITEBYTECODE="1",
                PYTHONUNBUFFERED="1")
     return env
+
+
+class CandidatePool:
+    """Pre-warmed candidate processes for a long-lived trusted worker (harness/worker.py).
+    Each waits in its own fresh 0700 directory (its cwd, HOME and TMPDIR, as for a candidate
+    started on demand), takes exactly one job and is then killed with its process group."""
+
+    def __init__(self, python: str, device: str, size: int, tmp_dir: str | None = None):
+        self.python = python
+        self.device = device
+        self.size = size
+        self.tmp_dir = tmp_dir
+        self.waiting: list[CandidateProcess] = []
+
+    def fill(self) -> None:
+        """Replaces used and dead processes; returns at once (they warm up meanwhile)."""
+        alive = []
+        for c in self.waiting:
+            if c.proc.poll() is None:
+                alive.append(c)
+            else:
+                c.kill()
+                shutil.rmtree(c.job_dir, ignore_errors=True)
+        self.waiting = alive
+        while len(self.waiting) < self.size:
+            d = tempfile.mkdtemp(prefix="cuda-agent-cand-", dir=self.tmp_dir)
+            os.chmod(d, 0o700)
+            self.waiting.append(CandidateProcess(self.python, d, candidate_env(d), 3600.0,
+                                                 prewarm_device=self.device))
+
+    def take(self, python: str, device: str, wait_s: float) -> CandidateProcess | None:
+        """A process that reported ready (waiting up to wait_s for the oldest), or None when
+        none fits this job (another interpreter or device) or none became ready."""
+        if python != self.python or device != self.device:
+            return None
+        while self.waiting:
+            c = self.waiting.pop(0)
+            if c.wait_ready(wait_s):
+                return c
+            c.kill()
+            shutil.rmtree(c.job_dir, ignore_errors=True)
+        return None
+
+    def close(self) -> None:
+        for c in self.waiting:
+            c.kill()
+            shutil.rmtree(c.job_dir, ignore_errors=True)
+        self.waiting = []
 
 
 def exit_description(rc: int) -> str:
@@ -1003,9 +1083,16 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         compute_reference(model, sets[0], device)  # sizes for poisoning and file limits
         elapsed["setup"] = time.monotonic() - t_start
 
-        # -- the candidate's directory and process
-        job_dir = tempfile.mkdtemp(prefix="cuda-agent-cand-", dir=opts.tmp_dir)
-        os.chmod(job_dir, 0o700)
+        # -- the candidate's directory and process (pre-warmed when a pool has one)
+        pool = getattr(opts, "pool", None)
+        cand = pool.take(opts.python, opts.device, PREWARM_WAIT_S) if pool is not None \
+            else None
+        if cand is not None:
+            job_dir = cand.job_dir
+        else:
+            job_dir = tempfile.mkdtemp(prefix="cuda-agent-cand-",
+                                       dir=hu.job_tmp_dir(opts.tmp_dir))
+            os.chmod(job_dir, 0o700)
         torch.save([cpu_copy(x) for x in init_inputs], os.path.join(job_dir, "init_inputs.pt"))
         torch.save(state, os.path.join(job_dir, "state_dict.pt"))
         for s in sets:
@@ -1024,8 +1111,12 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         hu.write_json_atomic(os.path.join(job_dir, "job.json"), job)
         log(f"starting the candidate ({len(sets)} input sets)")
         t_cand = time.monotonic()
-        cand = CandidateProcess(opts.python, job_dir, candidate_env(job_dir), opts.timeout)
-        result["candidate"] = {"exit_code": None, "last_stage": None}
+        prewarmed = cand is not None
+        if cand is not None:
+            cand.start_job(opts.timeout)
+        else:
+            cand = CandidateProcess(opts.python, job_dir, candidate_env(job_dir), opts.timeout)
+        result["candidate"] = {"exit_code": None, "last_stage": None, "prewarmed": prewarmed}
 
         # -- references for the other sets (while the candidate imports torch)
         t_ref = time.monotonic()
@@ -1234,9 +1325,9 @@ def usage_error(opts_out: str | None, message: str) -> int:
     return 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    opts = parser.parse_args(argv)
+def run(opts: argparse.Namespace) -> int:
+    """One evaluation from parsed options: checks them, evaluates, writes --out; the exit
+    status of main(). harness/worker.py calls this once per job, with opts.pool set."""
     if opts.ext_module and os.environ.get(TESTING_ENV) != "1":
         return usage_error(opts.out, f"--ext-module is for tests only and needs {TESTING_ENV}=1;"
                                      " give the built extension with --so")
@@ -1271,6 +1362,10 @@ def main(argv: list[str] | None = None) -> int:
     kind = failure["kind"] if failure else "?"
     log(f"failed ({kind}): {failure['message'] if failure else ''}")
     return 3 if kind in ("task_error", "harness") else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@
 #include "core/log.h"
 #include "episode/episode.h"
 #include "eval/eval.h"
+#include "eval/evald.h"
 #include "task/task.h"
 #include "tools/tools.h"
 #include "workspace/workspace.h"
@@ -58,7 +59,8 @@ struct run {
     char *episode_dir;
     struct buf tools_json;
     json_t *evals;
-    int64_t eval_since;
+    int64_t eval_since; /* the current episode's cursor (episodes restart at 1) */
+    int64_t eval_seq;   /* our numbering, across resumes */
     int64_t turn;
     int64_t t_start, deadline_us;
     int64_t model_us, tool_us;
@@ -306,8 +308,8 @@ static int replay(struct run *r, const json_t *lines, struct ca_err *err)
         {
             json_array_append(r->evals, (json_t *)rec);
             json_int_t seq = json_integer_value(json_object_get(rec, "seq"));
-            if (seq > r->eval_since)
-                r->eval_since = seq;
+            if (seq > r->eval_seq)
+                r->eval_seq = seq;
         }
     }
     return 0;
@@ -446,6 +448,33 @@ static void note_overhead(struct run *r, int64_t us, int64_t sync_us)
     r->sync[r->nsync++] = sync_us;
 }
 
+/*
+ * Number an episode's evaluation record in our sequence (it keeps its own as
+ * episode_seq) and copy its snapshot's agent-writable files to OUT/evals/SEQ,
+ * so best of trajectory survives the episode's state (removed at the end)
+ * and resumes (a new episode, numbering from 1 again).
+ */
+static void keep_record(struct run *r, json_t *rec)
+{
+    json_object_set(rec, "episode_seq", json_object_get(rec, "seq"));
+    json_object_set_new(rec, "seq", json_integer(++r->eval_seq));
+    const char *snap = json_string_value(json_object_get(rec, "snapshot_dir"));
+    if (!snap)
+        return;
+    char *dir = xstrfmt("%s/evals/%" PRId64, r->out_dir, r->eval_seq);
+    struct ca_err err = {0};
+    int rc = fs_remove_tree(dir, &err);
+    if (rc == 0)
+        rc = agent_copy_snapshot(snap, dir, &err);
+    if (rc < 0) {
+        LOG_WARN("cannot keep the snapshot of evaluation %" PRId64 ": %s", r->eval_seq, err.msg);
+        json_object_del(rec, "snapshot_dir");
+    } else {
+        json_object_set_new(rec, "snapshot_dir", json_string(dir));
+    }
+    free(dir);
+}
+
 /* One turn. Returns 0 to go on, 1 when the loop should stop (r->stop_reason
  * set), or a negative code for a failure of our own (trajectory I/O). */
 static int turn(struct run *r, struct ca_err *err)
@@ -549,12 +578,13 @@ static int turn(struct run *r, struct ca_err *err)
 
     json_t *new_evals = NULL;
     struct ca_err eerr = {0};
-    if (agent__poll_evals(r->ep, &r->eval_since, &new_evals, &eerr))
+    if (agent__poll_evals(r->o, r->ep, &r->eval_since, &new_evals, &eerr))
         LOG_WARN("cannot read the episode's evaluations: %s", eerr.msg);
     size_t k;
     json_t *rec;
     json_array_foreach(new_evals, k, rec)
     {
+        keep_record(r, rec);
         json_array_append(r->evals, rec);
         emit(r, AGENT_EV_EVAL, NULL, rec, NULL);
     }
@@ -628,7 +658,8 @@ static json_t *score(struct run *r, const char *ws, const char *what, const char
     };
     json_t *report = NULL;
     struct ca_err err = {0};
-    int rc = eval_run(&eo, &report, &err);
+    const char *svc = r->o->evaluator ? r->o->evaluator : getenv("CUDA_AGENT_EVALUATOR");
+    int rc = svc && *svc ? evald_eval(svc, &eo, &report, &err) : eval_run(&eo, &report, &err);
     if (rc)
         return json_pack("{s:s, s:s}", "error", err.msg, "code", ca_strerror(rc));
     char *path = xstrfmt("%s/%s", r->out_dir, report_file);

@@ -75,6 +75,8 @@ struct agent_opts {
     int64_t tool_output_max; /* bytes of one tool output sent to the model; 0: 16 KiB */
     bool no_eval;            /* skip the final scoring */
     const char *device;      /* evaluation device: "cuda" (default) or "cpu" */
+    const char *evaluator;   /* evaluator service socket for the final scoring;
+                              * NULL: $CUDA_AGENT_EVALUATOR, else in process */
     const char *cache_dir;   /* evaluator cache */
     bool eval_no_sandbox;    /* evaluator compilers without the sandbox */
     unsigned sandbox_flags;  /* SANDBOX_INSECURE for --insecure-no-sandbox */
@@ -83,6 +85,10 @@ struct agent_opts {
     void (*on_event)(void *data, const struct agent_event *ev);
     void *event_data;
     const struct llm_transport *transport; /* NULL: libcurl (tests, benchmarks) */
+    /* The evaluations made since `since` (a new array of records); NULL: the
+     * episode's own (episode_evals). For tests. */
+    int (*evals)(void *data, int64_t since, json_t **out, struct ca_err *err);
+    void *evals_data;
 };
 
 /*
@@ -141,7 +147,8 @@ int agent_traj_load(const char *path, json_t **lines, size_t *good_bytes,
 
 /*
  * The best correct record among eval records ({"seq","command","ok",
- * "reward","stage","report","snapshot_dir"}): highest reward, then highest
+ * "reward","stage","report","snapshot_dir"}) that kept a snapshot: highest
+ * reward (a passing ./verify, which has none, counts 1), then highest
  * speedup over torch.compile, then the latest. NULL when none is correct.
  * Borrowed from records.
  */

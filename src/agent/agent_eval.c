@@ -5,29 +5,25 @@
  * While the agent works, its ./compile, ./verify and ./profile reach the
  * evaluator through the episode; the episode keeps a numbered record of each
  * (report + a snapshot of the sources as evaluated). agent__poll_evals()
- * collects the records made since the last poll. The episode side provides
- * episode_evals(); where a build lacks it (it is declared weak here), an
- * episode simply records nothing and best of trajectory falls back to the
- * final workspace.
+ * collects the records made since the last poll (episode_evals); an
+ * episode without evaluations simply has none, and best of trajectory then
+ * is the final workspace. agent_opts.evals replaces the source for tests.
  */
 #include "agent/agent_internal.h"
 
 #include <string.h>
 
+#include "episode/episode.h"
 #include "eval/eval.h"
 #include "core/banned.h"
 
-/* Provided by src/episode when it records evaluations. */
-int episode_evals(struct episode *ep, int64_t since, json_t **out, struct ca_err *err)
-    __attribute__((weak));
-
-int agent__poll_evals(struct episode *ep, int64_t *since, json_t **out, struct ca_err *err)
+int agent__poll_evals(const struct agent_opts *o, struct episode *ep, int64_t *since, json_t **out,
+                      struct ca_err *err)
 {
     *out = json_array();
-    if (!episode_evals)
-        return 0;
     json_t *got = NULL;
-    int rc = episode_evals(ep, *since, &got, err);
+    int rc = o->evals ? o->evals(o->evals_data, *since, &got, err)
+                      : episode_evals(ep, *since, &got, err);
     if (rc)
         return rc;
     size_t i;
@@ -51,25 +47,37 @@ static double speedup_compile(const json_t *rec)
     return json_is_number(s) ? json_number_value(s) : 0.0;
 }
 
+/* A record's reward as a candidate: the evaluator's, or 1 for a ./verify that
+ * passed (verification gives no reward of its own, but correct is worth 1);
+ * 0 when it is no candidate. */
+static json_int_t candidate_reward(const json_t *rec)
+{
+    const json_t *reward = json_object_get(rec, "reward");
+    if (!json_is_true(json_object_get(rec, "ok")) ||
+        !json_is_string(json_object_get(rec, "snapshot_dir")))
+        return 0;
+    if (json_is_integer(reward))
+        return json_integer_value(reward) >= 1 ? json_integer_value(reward) : 0;
+    const char *cmd = json_string_value(json_object_get(rec, "command"));
+    return cmd && strcmp(cmd, "verify") == 0 ? 1 : 0;
+}
+
 const json_t *agent_best_eval(const json_t *records)
 {
     const json_t *best = NULL;
+    json_int_t best_reward = 0;
     size_t i;
     const json_t *rec;
     json_array_foreach(records, i, rec)
     {
-        const json_t *reward = json_object_get(rec, "reward");
-        if (!json_is_true(json_object_get(rec, "ok")) || !json_is_integer(reward) ||
-            json_integer_value(reward) < 1 || !json_is_string(json_object_get(rec, "snapshot_dir")))
+        json_int_t a = candidate_reward(rec);
+        if (a < 1)
             continue;
-        if (!best) {
+        if (!best || a > best_reward ||
+            (a == best_reward && speedup_compile(rec) >= speedup_compile(best))) {
             best = rec;
-            continue;
+            best_reward = a;
         }
-        json_int_t a = json_integer_value(reward);
-        json_int_t b = json_integer_value(json_object_get(best, "reward"));
-        if (a > b || (a == b && speedup_compile(rec) >= speedup_compile(best)))
-            best = rec;
     }
     return best;
 }

@@ -8,9 +8,9 @@
 
 struct episode;
 
-/* Append the evaluation records made after *since to a new array *out and
- * advance *since. No records (and 0) when the episode keeps none. */
-int agent__poll_evals(struct episode *ep, int64_t *since, json_t **out,
+/* The evaluation records made after *since, in a new array *out (always
+ * set); *since advances. From o->evals when set, else the episode's. */
+int agent__poll_evals(const struct agent_opts *o, struct episode *ep, int64_t *since, json_t **out,
                       struct ca_err *err) WARN_UNUSED_RESULT;
 
 #endif

@@ -13,6 +13,7 @@
 #include "core/limits.h"
 #include "eval/compile.h"
 #include "eval/eval.h"
+#include "eval/evald.h"
 #include "core/banned.h"
 
 static int eval_doctor(void)
@@ -33,7 +34,7 @@ int cmd_eval(int argc, char **argv)
     struct eval_opts o = {0};
     bool as_json = false, doctor = false;
     int64_t seeds = 0, timeout_s = 0, budget_ms = 0;
-    const char *atol = NULL, *rtol = NULL;
+    const char *atol = NULL, *rtol = NULL, *server = NULL;
     const struct cli_opt opts[] = {
         {"task", 't', CLI_OPT_STRING, &o.task_ref, "TASK",
          "evaluate against this task instead of the workspace's model.py"},
@@ -57,6 +58,8 @@ int cmd_eval(int argc, char **argv)
         {"verify-only", 0, CLI_OPT_FLAG, &o.verify_only, NULL, "stop after verification"},
         {"no-sandbox", 0, CLI_OPT_FLAG, &o.no_sandbox, NULL,
          "run compilers without the sandbox (hosts without user namespaces; unsafe)"},
+        {"server", 0, CLI_OPT_STRING, &server, "SOCKET",
+         "evaluate through the evaluator service (default $CUDA_AGENT_EVALUATOR when set)"},
         {"doctor", 0, CLI_OPT_FLAG, &doctor, NULL,
          "describe the toolchain (nvcc, compiler, PyTorch, GPU architecture) and exit"},
         {"json", 0, CLI_OPT_FLAG, &as_json, NULL, "print the full report as JSON"},
@@ -70,7 +73,10 @@ int cmd_eval(int argc, char **argv)
             "on fresh random inputs in a throw-away candidate process; time eager,\n"
             "torch.compile and the candidate the same way; reward -1/1/2/3.\n\n"
             "Exit status: 0 the candidate is correct (reward >= 1); 1 it is not (reward -1,\n"
-            "the report says why); 2 usage; 69 a needed component (nvcc, PyTorch) is missing.",
+            "the report says why); 2 usage; 69 a needed component (nvcc, PyTorch, the\n"
+            "evaluator service) is missing.\n\n"
+            "With --server (or CUDA_AGENT_EVALUATOR) the service does the work with its own\n"
+            "device, architecture, cache and sandbox settings (see `cuda-agent evaluator`).",
         .opts = opts,
         .min_args = 0,
         .max_args = 1,
@@ -117,7 +123,12 @@ int cmd_eval(int argc, char **argv)
     }
     struct ca_err err = {0};
     json_t *report = NULL;
-    rc = eval_run(&o, &report, &err);
+    if (!server)
+        server = getenv("CUDA_AGENT_EVALUATOR");
+    if (server && *server)
+        rc = evald_eval(server, &o, &report, &err);
+    else
+        rc = eval_run(&o, &report, &err);
     free(args);
     if (rc)
         return cli_fail(&err);

@@ -172,6 +172,9 @@ int cmd_run(int argc, char **argv)
          "first wait before a retry, doubled each time (default 1000)", 1, 600000},
         {"no-eval", 0, CLI_OPT_FLAG, &o.no_eval, NULL, "do not score the result at the end"},
         {"device", 0, CLI_OPT_STRING, &o.device, "cuda|cpu", "evaluation device (default cuda)"},
+        {"evaluator", 0, CLI_OPT_STRING, &o.evaluator, "SOCK",
+         "evaluator service for the agent's ./compile, ./verify, ./profile and the final "
+         "scoring (default $CUDA_AGENT_EVALUATOR, else in process)"},
         {"cache-dir", 0, CLI_OPT_STRING, &o.cache_dir, "DIR", "evaluator cache"},
         {"eval-no-sandbox", 0, CLI_OPT_FLAG, &o.eval_no_sandbox, NULL,
          "run the evaluator's compilers without the sandbox (unsafe)"},
@@ -234,10 +237,16 @@ int cmd_run(int argc, char **argv)
         snprintf(default_out, sizeof(default_out), "runs/run-%s-%d", stamp, (int)getpid());
         o.out_dir = default_out;
     }
-    if (!resume)
+    if (!resume) {
         llm_opts_from_env(&o.llm);
-    else if (!o.llm.api_key)
-        llm_opts_from_env(&o.llm); /* key (and overrides) from the environment */
+    } else if (!o.llm.api_key) {
+        /* Server and model come from the trajectory unless given again; the
+         * key is never stored, so it comes from the environment. */
+        struct llm_opts env;
+        llm_opts_init(&env);
+        llm_opts_from_env(&env);
+        o.llm.api_key = env.api_key;
+    }
     o.max_turns = max_turns;
     o.context_tokens = context;
     o.wall_ms = wall_s * 1000;
@@ -249,6 +258,12 @@ int cmd_run(int argc, char **argv)
     o.llm.retries = (int)retries;
     o.llm.backoff_ms = backoff_ms;
     o.sandbox_flags = insecure ? SANDBOX_INSECURE : 0;
+    /* The episode's evaluator socket (the workspace's ./compile, ./verify,
+     * ./profile) reads these; the flags win over the environment. */
+    if (o.device)
+        setenv("CUDA_AGENT_EVAL_DEVICE", o.device, 1);
+    if (o.evaluator)
+        setenv("CUDA_AGENT_EVALUATOR", o.evaluator, 1);
     if (insecure)
         fprintf(stderr, "cuda-agent: WARNING: --insecure-no-sandbox: the agent's commands run "
                         "WITHOUT isolation, with your user's full access to this machine\n");

@@ -21,7 +21,7 @@
 int cmd_tool(int argc, char **argv)
 {
     const char *workspace = NULL, *episode = NULL, *state_dir = NULL;
-    bool do_close = false, ping = false, schemas = false, insecure = false;
+    bool do_close = false, ping = false, schemas = false, insecure = false, evals = false;
     int64_t timeout_ms = 0, idle_s = 0;
     const struct cli_opt opts[] = {
         {"workspace", 'w', CLI_OPT_STRING, &workspace, "DIR",
@@ -29,6 +29,8 @@ int cmd_tool(int argc, char **argv)
         {"episode", 'e', CLI_OPT_STRING, &episode, "ID", "episode id ([A-Za-z0-9_.-], up to 64)"},
         {"close", 0, CLI_OPT_FLAG, &do_close, NULL, "end the episode: stop its sandbox and shells"},
         {"ping", 0, CLI_OPT_FLAG, &ping, NULL, "check that the episode's supervisor answers"},
+        {"evals", 0, CLI_OPT_FLAG, &evals, NULL,
+         "print the evaluations the workspace's ./compile, ./verify, ./profile asked for"},
         {"schemas", 0, CLI_OPT_FLAG, &schemas, NULL,
          "print every tool's JSON schema (OpenAI function format) and exit"},
         {"timeout", 0, CLI_OPT_INT, &timeout_ms, "MS", "give up waiting for the reply after MS", 1,
@@ -78,12 +80,13 @@ int cmd_tool(int argc, char **argv)
         rc = cli_usage_error("tool", "--episode is required");
         goto out;
     }
-    if (do_close || ping) {
-        if (nargs) {
-            rc = cli_usage_error("tool", "--close and --ping take no tool call");
+    if (do_close || ping || evals) {
+        if (nargs || (do_close + ping + evals) > 1) {
+            rc = cli_usage_error("tool", "--close, --ping and --evals go alone, without a tool "
+                                         "call");
             goto out;
         }
-        req = json_pack("{s:s}", "op", do_close ? "close" : "ping");
+        req = json_pack("{s:s}", "op", do_close ? "close" : ping ? "ping" : "evals");
     } else {
         if (nargs != 2) {
             rc = cli_usage_error("tool", "expected a tool NAME and its ARGS_JSON");
@@ -114,7 +117,7 @@ int cmd_tool(int argc, char **argv)
     struct episode_opts eo = {
         .state_dir = state_dir,
         .id = episode,
-        .workspace = do_close || ping ? NULL : workspace,
+        .workspace = do_close || ping || evals ? NULL : workspace,
         .sandbox_flags = insecure ? SANDBOX_INSECURE : 0,
         .idle_timeout_ms = idle_s * 1000,
     };

@@ -118,6 +118,16 @@ void buf_truncate(struct buf *b, size_t n)
         b->data[n] = '\0';
 }
 
+void buf_remove_prefix(struct buf *b, size_t n)
+{
+    if (n > b->len)
+        BUG("buf_remove_prefix of %zu beyond length %zu", n, b->len);
+    if (n == 0)
+        return;
+    memmove(b->data, b->data + n, b->len - n);
+    buf_truncate(b, b->len - n);
+}
+
 char *buf_detach(struct buf *b, size_t *len)
 {
     char *p = b->cap ? b->data : xstrdup("");

@@ -39,6 +39,8 @@ int buf_addf(struct buf *b, const char *fmt, ...) CA_PRINTF(2, 3) WARN_UNUSED_RE
 int buf_vaddf(struct buf *b, const char *fmt, va_list ap) CA_PRINTF(2, 0) WARN_UNUSED_RESULT;
 /* Shorten to n bytes (n <= len). */
 void buf_truncate(struct buf *b, size_t n);
+/* Drop the first n bytes (n <= len). */
+void buf_remove_prefix(struct buf *b, size_t n);
 /* Hand the data over (heap, NUL-terminated); the buffer is left empty. */
 char *buf_detach(struct buf *b, size_t *len);
 /* Remove trailing whitespace. */

@@ -636,6 +636,89 @@ out:
     return rc;
 }
 
+int proc_spawn(const struct proc_opts *o, int stderr_fd, struct proc_child *c, struct ca_err *err)
+{
+    if (!o->argv || !o->argv[0])
+        BUG("proc_spawn without argv[0]");
+    *c = (struct proc_child){.pid = -1, .in_fd = -1, .out_fd = -1};
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, rep[2] = {-1, -1};
+    char *path = which_in(o->argv[0], lookup_path(o->env));
+    if (!path) {
+        if (!strchr(o->argv[0], '/'))
+            return err_setf(err, -ENOENT, "cannot run '%s': not found in PATH", o->argv[0]);
+        path = xstrdup(o->argv[0]);
+    }
+    int rc = make_pipe(in);
+    if (!rc)
+        rc = make_pipe(out);
+    if (!rc)
+        rc = make_pipe(rep);
+    if (rc) {
+        err_setf(err, rc, "cannot run '%s': cannot create pipes: %s", o->argv[0], strerror(-rc));
+        goto out;
+    }
+    struct child_plan plan = {
+        .path = path,
+        .argv = (char *const *)o->argv,
+        .envp = o->env ? (char *const *)o->env : environ,
+        .cwd = o->cwd,
+        .stdin_fd = in[0],
+        .stdout_fd = out[1],
+        .stderr_fd = stderr_fd,
+        .report_fd = rep[1],
+        .keep_fds = o->keep_fds,
+        .nkeep_fds = o->nkeep_fds,
+        .fallback_max_fd = fallback_max_fd(),
+    };
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0)
+        child_run(&plan);
+    int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        rc = err_setf(err, -fork_errno, "cannot run '%s': fork failed: %s", o->argv[0],
+                      strerror(fork_errno));
+        goto out;
+    }
+    close_fd(&in[0]);
+    close_fd(&out[1]);
+    close_fd(&rep[1]);
+    struct child_failure f;
+    if (read_report(rep[0], &f)) {
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        rc = report_failure(o, &f, err);
+        goto out;
+    }
+    *c = (struct proc_child){.pid = pid, .in_fd = in[1], .out_fd = out[0]};
+    in[1] = out[0] = -1;
+out:
+    close_fd(&in[0]);
+    close_fd(&in[1]);
+    close_fd(&out[0]);
+    close_fd(&out[1]);
+    close_fd(&rep[0]);
+    close_fd(&rep[1]);
+    free(path);
+    return rc;
+}
+
+void proc_child_kill(struct proc_child *c)
+{
+    if (c->pid > 0) {
+        kill(-c->pid, SIGKILL);
+        kill(c->pid, SIGKILL);
+        while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    close_fd(&c->in_fd);
+    close_fd(&c->out_fd);
+    c->pid = -1;
+}
+
 bool proc_ok(const struct proc_result *r)
 {
     return !r->timed_out && !r->signaled && r->exit_code == 0;

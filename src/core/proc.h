@@ -72,6 +72,22 @@ bool proc_ok(const struct proc_result *r);
 int proc_describe(const struct proc_result *r, int64_t timeout_ms,
                   struct buf *b) WARN_UNUSED_RESULT;
 
+/*
+ * A long-lived child: started like proc_run's (new process group, prepared
+ * argv/env/cwd, exec failures reported as errors), with a pipe to its stdin
+ * (in_fd, ours to write) and one from its stdout (out_fd, ours to read);
+ * its stderr goes to stderr_fd (< 0: inherited). opts' capture, stdin and
+ * timeout fields are ignored. The caller owns the child: proc_child_kill
+ * ends it (SIGKILL to its process group), reaps it and closes the fds.
+ */
+struct proc_child {
+    int pid; /* -1: none */
+    int in_fd, out_fd;
+};
+int proc_spawn(const struct proc_opts *opts, int stderr_fd, struct proc_child *child,
+               struct ca_err *err) WARN_UNUSED_RESULT;
+void proc_child_kill(struct proc_child *child);
+
 /* Look up a program in PATH; returns a heap path or NULL. */
 char *proc_which(const char *name);
 

@@ -9,6 +9,7 @@
  * episode's lock file, so two concurrent first calls cannot start two.
  */
 #include "episode/episode.h"
+#include "episode/episode_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +31,7 @@
 #include "core/json.h"
 #include "core/limits.h"
 #include "core/log.h"
+#include "core/msg.h"
 #include "sandbox/shell.h"
 #include "core/banned.h"
 
@@ -44,6 +46,7 @@ struct episode {
     struct sandbox *sb;
     struct shells *shells;
     struct tool_ctx *tools;
+    struct episode__evals *evals;
 };
 
 int episode_check_id(const char *id, struct ca_err *err)
@@ -332,6 +335,9 @@ int episode_open(const struct episode_opts *o, struct episode **out, struct ca_e
         goto fail;
     struct tool_shell_ops ops = {ep, bash_tool, bash_output_tool, kill_bash_tool};
     tool_ctx_set_shell(ep->tools, &ops);
+    rc = episode__evals_start(ep->control, ep->dir, ep->workspace, &ep->evals, err);
+    if (rc)
+        goto fail;
     *out = ep;
     return 0;
 fail:
@@ -345,6 +351,13 @@ int episode_call(struct episode *ep, const char *tool, const json_t *args, struc
     return tool_call(ep->tools, tool, args, res);
 }
 
+int episode_evals(struct episode *ep, int64_t since, json_t **out, struct ca_err *err)
+{
+    (void)err;
+    *out = episode__evals_since(ep->evals, since);
+    return 0;
+}
+
 struct sandbox *episode_sandbox(struct episode *ep)
 {
     return ep->sb;
@@ -354,6 +367,7 @@ void episode_close(struct episode *ep)
 {
     if (!ep)
         return;
+    episode__evals_stop(ep->evals);
     shells_free(ep->shells);
     sandbox_free(ep->sb);
     tool_ctx_free(ep->tools);
@@ -365,106 +379,6 @@ void episode_close(struct episode *ep)
 
 /* ---- framing ---- */
 
-static int io_wait(int fd, short events, int64_t deadline_us)
-{
-    for (;;) {
-        int64_t left = deadline_us == INT64_MAX ? -1 : (deadline_us - ca_now_us()) / 1000;
-        if (deadline_us != INT64_MAX && left <= 0)
-            return CA_ETIMEOUT;
-        struct pollfd p = {.fd = fd, .events = events};
-        int n = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
-        if (n > 0)
-            return 0;
-        if (n < 0 && errno != EINTR)
-            return -errno;
-    }
-}
-
-static int read_full(int fd, void *p, size_t n, int64_t deadline_us)
-{
-    char *c = p;
-    while (n) {
-        ssize_t r = read(fd, c, n);
-        if (r > 0) {
-            c += r;
-            n -= (size_t)r;
-            continue;
-        }
-        if (r == 0)
-            return -ECONNRESET;
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN)
-            return -errno;
-        int rc = io_wait(fd, POLLIN, deadline_us);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const void *p, size_t n, int64_t deadline_us)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
-        if (w > 0) {
-            c += w;
-            n -= (size_t)w;
-            continue;
-        }
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0 && errno != EAGAIN)
-            return -errno;
-        int rc = io_wait(fd, POLLOUT, deadline_us);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-static int send_msg(int fd, const json_t *msg, int64_t deadline_us, struct ca_err *err)
-{
-    struct buf b;
-    buf_init(&b, CA_LIMIT_REQUEST_BYTES);
-    int rc = buf_addstr(&b, "    ");
-    if (rc == 0)
-        rc = jsonx_dump(msg, 0, &b);
-    if (rc) {
-        buf_release(&b);
-        return err_setf(err, rc, "message over %zu bytes", (size_t)CA_LIMIT_REQUEST_BYTES);
-    }
-    uint32_t len = (uint32_t)(b.len - 4);
-    unsigned char hdr[4] = {len >> 24, len >> 16, len >> 8, len};
-    memcpy(b.data, hdr, 4);
-    rc = write_full(fd, b.data, b.len, deadline_us);
-    buf_release(&b);
-    if (rc)
-        return err_setf(err, rc, "cannot send to the episode supervisor: %s", ca_strerror(rc));
-    return 0;
-}
-
-static int recv_msg(int fd, json_t **msg, int64_t deadline_us, struct ca_err *err)
-{
-    unsigned char hdr[4];
-    int rc = read_full(fd, hdr, 4, deadline_us);
-    if (rc)
-        return err_setf(err, rc, "no reply: %s", ca_strerror(rc));
-    uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
-    if (len > CA_LIMIT_REQUEST_BYTES)
-        return err_setf(err, CA_ETOOBIG, "message of %u bytes is over the limit of %zu", len,
-                        (size_t)CA_LIMIT_REQUEST_BYTES);
-    char *body = xmalloc(len + 1);
-    rc = read_full(fd, body, len, deadline_us);
-    if (rc == 0)
-        rc = jsonx_parse(sv_from(body, len), CA_LIMIT_REQUEST_BYTES, "episode message", msg, err);
-    else
-        err_setf(err, rc, "truncated message: %s", ca_strerror(rc));
-    free(body);
-    return rc;
-}
-
 /* ---- supervisor ---- */
 
 static json_t *handle(struct episode *ep, const json_t *req, bool *stop)
@@ -475,13 +389,23 @@ static json_t *handle(struct episode *ep, const json_t *req, bool *stop)
         return json_pack("{s:b, s:s, s:I, s:I}", "ok", 1, "workspace", ep->workspace,
                          "supervisor_pid", (json_int_t)getpid(), "init_pid",
                          (json_int_t)sandbox_init_pid(ep->sb));
+    if (op && strcmp(op, "evals") == 0) {
+        int64_t since = 0;
+        if (jsonx_get_int(req, "since", false, &since, "request", NULL))
+            since = 0;
+        json_t *recs = NULL;
+        if (episode_evals(ep, since, &recs, NULL))
+            recs = json_array();
+        return json_pack("{s:b, s:o}", "ok", 1, "evals", recs);
+    }
     if (op && strcmp(op, "close") == 0) {
         *stop = true;
         return json_pack("{s:b}", "ok", 1);
     }
     if (!tool)
-        return json_pack("{s:b, s:s}", "is_error", 1, "text",
-                         "a request names a tool (\"tool\") or an op (\"ping\", \"close\")");
+        return json_pack(
+            "{s:b, s:s}", "is_error", 1, "text",
+            "a request names a tool (\"tool\") or an op (\"ping\", \"evals\", \"close\")");
     json_t *args = json_object_get(req, "args");
     json_t *empty = NULL;
     if (!args)
@@ -503,9 +427,10 @@ static void serve_conn(struct episode *ep, int conn, bool *stop)
     struct ca_err err = {0};
     json_t *req = NULL;
     int64_t deadline = ca_now_us() + (int64_t)IO_TIMEOUT_MS * 1000;
-    if (recv_msg(conn, &req, deadline, &err) != 0) {
+    if (msg_recv(conn, &req, deadline, &err) != 0) {
         json_t *r = json_pack("{s:b, s:s}", "is_error", 1, "text", err.msg);
-        (void)send_msg(conn, r, deadline, &err);
+        if (msg_send(conn, r, deadline, &err))
+            LOG_DEBUG("error reply lost: %s", err.msg);
         json_decref(r);
         return;
     }
@@ -516,7 +441,7 @@ static void serve_conn(struct episode *ep, int conn, bool *stop)
                   json_pack("{s:s?, s:s?}", "tool", json_string_value(json_object_get(req, "tool")),
                             "op", json_string_value(json_object_get(req, "op"))));
     deadline = ca_now_us() + (int64_t)IO_TIMEOUT_MS * 1000;
-    if (send_msg(conn, reply, deadline, &err))
+    if (msg_send(conn, reply, deadline, &err))
         LOG_WARN("reply lost: %s", err.msg);
     json_decref(reply);
     json_decref(req);
@@ -656,7 +581,7 @@ static int start_supervisor(const struct episode_opts *o, const char *dir, struc
     size_t got = 0;
     int64_t deadline = ca_now_us() + (int64_t)START_TIMEOUT_MS * 1000;
     for (;;) {
-        if (io_wait(p[0], POLLIN, deadline) != 0) {
+        if (msg_wait(p[0], POLLIN, deadline) != 0) {
             close(p[0]);
             return err_setf(err, CA_ETIMEOUT, "the episode supervisor did not start within %d ms",
                             START_TIMEOUT_MS);
@@ -723,9 +648,9 @@ int episode_request(const struct episode_opts *o, const json_t *req, int64_t tim
     }
     buf_release(&dir);
     int64_t deadline = timeout_ms > 0 ? ca_now_us() + timeout_ms * 1000 : INT64_MAX;
-    rc = send_msg(fd, req, deadline, err);
+    rc = msg_send(fd, req, deadline, err);
     if (rc == 0)
-        rc = recv_msg(fd, reply, deadline, err);
+        rc = msg_recv(fd, reply, deadline, err);
     close(fd);
     return rc;
 }

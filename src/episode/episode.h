@@ -7,12 +7,14 @@
  *   <state>/<id>/sock            the supervisor's unix socket
  *   <state>/<id>/lock            flock held while a supervisor is being started
  *   <state>/<id>/control/        bound read-only at /run/cuda-agent in the sandbox
+ *   <state>/<id>/control/eval.sock  the workspace commands' evaluator (episode_evals)
+ *   <state>/<id>/evals/<seq>/    files of each verify/profile evaluation + report.json
  *   <state>/<id>/supervisor.log  the supervisor's log
  *
  * Protocol on the socket: one request per connection; each message is a
  * 4-byte big-endian length and that many bytes of JSON (at most
  * CA_LIMIT_REQUEST_BYTES). Requests: {"tool": NAME, "args": {...}},
- * {"op": "ping"}, {"op": "close"}. Replies: a tool result
+ * {"op": "ping"}, {"op": "evals", "since": N}, {"op": "close"}. Replies: a tool result
  * ({"is_error", "text", ...fields}) or {"ok": true, ...}.
  *
  * The in-process API (episode_open / episode_call / episode_close) is what
@@ -55,6 +57,17 @@ int episode_call(struct episode *ep, const char *tool, const json_t *args,
                  struct tool_result *res) WARN_UNUSED_RESULT;
 void episode_close(struct episode *ep);
 struct sandbox *episode_sandbox(struct episode *ep);
+
+/*
+ * The evaluations the workspace's ./compile, ./verify and ./profile asked for
+ * (through <control>/eval.sock, served by a thread of the episode), with
+ * seq > since, oldest first: a new array of {"seq", "command", "ok",
+ * "reward", "stage", "report", "snapshot_dir", "elapsed_ms"}; snapshot_dir
+ * (verify and profile) holds the evaluated files and the task as model.py.
+ * Supervisor op: {"op": "evals", "since": N} -> {"ok": true, "evals": [...]}.
+ */
+int episode_evals(struct episode *ep, int64_t since, json_t **out,
+                  struct ca_err *err) WARN_UNUSED_RESULT;
 
 /*
  * Send one request to the episode's supervisor and wait for the reply.

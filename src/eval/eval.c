@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "core/proc.h"
 #include "eval/compile.h"
+#include "eval/gpupool.h"
 #include "eval/policy.h"
 #include "eval/reward.h"
 #include "task/task.h"
@@ -29,19 +30,53 @@
 
 #define HARNESS_SLACK_MS 60000
 
-static const char *python_bin(void)
+const char *eval_python(void)
 {
     const char *p = getenv("CUDA_AGENT_PYTHON");
     return p && *p ? p : "python3";
 }
 
-static int cache_root(const struct eval_opts *o, struct buf *out, struct ca_err *err)
+int eval_cache_root(const struct eval_opts *o, struct buf *out, struct ca_err *err)
 {
     int rc = o->cache_dir ? (buf_addstr(out, o->cache_dir) ? CA_ETOOBIG : 0)
                           : fs_cache_dir(out, NULL, err);
     if (rc == CA_ETOOBIG)
         return err_setf(err, rc, "cache path too long");
     return rc ? rc : fs_mkdirs(out->data, 0700, err);
+}
+
+/* The compile options of an evaluation: the compile cache lives under the same root, so
+ * --cache-dir moves both. */
+static void compile_opts_for(const struct eval_opts *o, const char *cache, struct compile_opts *co,
+                             struct buf *ccache)
+{
+    compile_opts_init(co);
+    if (fs_join(ccache, cache, "compile") == 0)
+        co->cache_dir = ccache->data;
+    co->arch = o->arch;
+    co->use_sandbox = !o->no_sandbox;
+    /* Slow machines (CI on two cores) need longer than the default per compiler run. */
+    const char *t = getenv("CUDA_AGENT_COMPILE_TIMEOUT");
+    char *end;
+    long long sec = t && *t ? strtoll(t, &end, 10) : 0;
+    if (sec > 0 && sec <= 3600 && *end == '\0')
+        co->timeout_ms = sec * 1000;
+}
+
+int eval_warm(const struct eval_opts *o, struct ca_err *err)
+{
+    struct buf cache, ccache;
+    buf_init(&cache, CA_LIMIT_PATH);
+    buf_init(&ccache, CA_LIMIT_PATH);
+    int rc = eval_cache_root(o, &cache, err);
+    if (rc == 0) {
+        struct compile_opts co;
+        compile_opts_for(o, cache.data, &co, &ccache);
+        rc = compile_warm(&co, err);
+    }
+    buf_release(&cache);
+    buf_release(&ccache);
+    return rc;
 }
 
 /* model.py of the workspace, if its content still matches the manifest. */
@@ -142,6 +177,41 @@ static bool run_policy(const char *snap, const json_t *files, json_t *report, st
     return ok;
 }
 
+/* Copy the evaluated files (and the task as model.py) from the snapshot to keep. */
+static int keep_files(const char *snap, const json_t *files, const char *keep, struct ca_err *err)
+{
+    struct buf from, to, data;
+    buf_init(&from, CA_LIMIT_PATH);
+    buf_init(&to, CA_LIMIT_PATH);
+    buf_init(&data, CA_LIMIT_TASK_BYTES);
+    int rc = fs_mkdirs(keep, 0700, err);
+    for (size_t i = 0; rc == 0 && i <= json_array_size(files); i++) {
+        const char *rel =
+            i < json_array_size(files) ? json_string_value(json_array_get(files, i)) : "model.py";
+        buf_reset(&from);
+        buf_reset(&to);
+        buf_reset(&data);
+        if (!rel || fs_join(&from, snap, rel) || fs_join(&to, keep, rel)) {
+            rc = err_setf(err, CA_ETOOBIG, "snapshot path too long");
+            break;
+        }
+        char *slash = strrchr(to.data, '/');
+        *slash = '\0';
+        rc = fs_mkdirs(to.data, 0700, err);
+        *slash = '/';
+        if (rc == 0)
+            rc = fs_read_file(from.data, CA_LIMIT_TASK_BYTES, &data, err);
+        if (rc == 0)
+            rc = fs_write_atomic(to.data, data.data, data.len, 0644, err);
+    }
+    buf_release(&from);
+    buf_release(&to);
+    buf_release(&data);
+    if (rc)
+        err_prefix(err, "keeping the evaluated files in %s: ", keep);
+    return rc;
+}
+
 static void stage_time(json_t *report, const char *stage, int64_t t0)
 {
     json_t *t = json_object_get(report, "stage_ms");
@@ -175,7 +245,7 @@ static int run_harness(const struct eval_opts *o, const char *cache, const char 
     snprintf(budget, sizeof(budget), "%lld", (long long)(o->budget_ms > 0 ? o->budget_ms : 2000));
     const char *argv[40];
     size_t n = 0;
-    argv[n++] = python_bin();
+    argv[n++] = eval_python();
     argv[n++] = script.data;
     argv[n++] = "--task";
     argv[n++] = task.data;
@@ -215,7 +285,14 @@ static int run_harness(const struct eval_opts *o, const char *cache, const char 
     };
     struct proc_result pr;
     proc_result_init(&pr);
-    rc = proc_run(&po, &pr, err);
+    if (o->pool) {
+        /* A warm runner: the same arguments, without interpreter and script. */
+        int status = 0;
+        rc = gpupool_run(o->pool, argv + 2, po.timeout_ms, &status, err);
+        pr.exit_code = status;
+    } else {
+        rc = proc_run(&po, &pr, err);
+    }
     if (rc) {
         proc_result_release(&pr);
         goto done;
@@ -291,7 +368,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     json_t *files = NULL;
     struct compile_report cr;
     compile_report_init(&cr);
-    int rc = cache_root(o, &cache, err);
+    int rc = eval_cache_root(o, &cache, err);
     if (rc)
         goto out;
     /* The snapshot lives in the evaluator's cache, out of the agent's reach. */
@@ -325,6 +402,8 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
         goto out;
     }
     json_object_set(report, "files", files);
+    if (o->keep_dir && (rc = keep_files(snap.data, files, o->keep_dir, err)) != 0)
+        goto out;
 
     ts = ca_now_us();
     int prc = 0;
@@ -339,14 +418,9 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
 
     ts = ca_now_us();
     struct compile_opts co;
-    compile_opts_init(&co);
-    /* The compile cache lives under the same root, so --cache-dir moves both. */
     struct buf ccache;
     buf_init(&ccache, CA_LIMIT_PATH);
-    if (fs_join(&ccache, cache.data, "compile") == 0)
-        co.cache_dir = ccache.data;
-    co.arch = o->arch;
-    co.use_sandbox = !o->no_sandbox;
+    compile_opts_for(o, cache.data, &co, &ccache);
     rc = fs_join(&so, snap.data, COMPILE_MODULE_NAME ".so") ? CA_ETOOBIG : 0;
     if (rc == 0)
         rc = compile_build(&co, snap.data, so.data, &cr, err);

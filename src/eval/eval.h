@@ -23,6 +23,8 @@
 #include "core/buf.h"
 #include "core/err.h"
 
+struct gpupool;
+
 struct eval_opts {
     const char *workspace; /* the episode workspace */
     const char *task_ref;  /* optional: the task (else the workspace's model.py) */
@@ -38,12 +40,22 @@ struct eval_opts {
     bool no_sandbox;       /* compilers run without the sandbox (hosts without namespaces) */
     bool verify_only;      /* stop after verification (the workspace's ./verify) */
     bool compile_only;     /* stop after compilation (./compile) */
+    struct gpupool *pool;  /* warm GPU runners (the evaluator service); NULL: one-shot */
+    const char *keep_dir;  /* when set: the evaluated files are copied here (made) */
 };
 
 /* Run the pipeline; *report is a new JSON object (also on stage failures,
  * which are not errors of this function: see report.ok / report.stage).
  * Returns a negative code only when the evaluator itself cannot run. */
 int eval_run(const struct eval_opts *opts, json_t **report, struct ca_err *err) WARN_UNUSED_RESULT;
+
+/* The evaluator's cache root for these options (made 0700), appended to out. */
+int eval_cache_root(const struct eval_opts *opts, struct buf *out,
+                    struct ca_err *err) WARN_UNUSED_RESULT;
+/* The Python interpreter with PyTorch: $CUDA_AGENT_PYTHON, else python3. */
+const char *eval_python(void);
+/* Discover the toolchain and build the precompiled header now (service start-up). */
+int eval_warm(const struct eval_opts *opts, struct ca_err *err) WARN_UNUSED_RESULT;
 
 /* The human report (what ./compile, ./verify and ./profile print). */
 int eval_format(const json_t *report, struct buf *out) WARN_UNUSED_RESULT;

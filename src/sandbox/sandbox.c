@@ -178,8 +178,12 @@ static bool under(const char *path, const char *dir)
     return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
 }
 
-/* An extra read-only bind at the host path's own location inside. */
-static int plan_extra_bind(struct sandbox__plan *p, const char *path, struct ca_err *err)
+/* An extra read-only bind at the host path's own location inside. Paths
+ * under /tmp are bound in a second pass (tmp_pass), after the sandbox's own
+ * /tmp is mounted, beneath it (a tree in /tmp, e.g. a checkout with its
+ * Python environment); the first pass skips them. */
+static int plan_extra_bind(struct sandbox__plan *p, const char *path, bool tmp_pass,
+                           struct ca_err *err)
 {
     static const char *const reserved[] = {SANDBOX_WORKSPACE, "/run", "/tmp",          "/dev",
                                            "/proc",           "/etc", SANDBOX__OLDROOT};
@@ -196,8 +200,13 @@ static int plan_extra_bind(struct sandbox__plan *p, const char *path, struct ca_
         free(real);
         return err_setf(err, CA_EUSAGE, "sandbox: '/' cannot be an extra read-only path");
     }
+    bool in_tmp = under(real, "/tmp") && strcmp(real, "/tmp") != 0;
+    if (in_tmp != tmp_pass) {
+        free(real); /* the other pass binds it */
+        return 0;
+    }
     for (size_t i = 0; i < ARRAY_SIZE(reserved); i++)
-        if (under(real, reserved[i])) {
+        if (under(real, reserved[i]) && !(in_tmp && strcmp(reserved[i], "/tmp") == 0)) {
             int rc = err_setf(err, CA_EUSAGE,
                               "sandbox: extra read-only path '%s' would cover %s inside the "
                               "sandbox",
@@ -403,7 +412,7 @@ static int plan_build(const struct sandbox_opts *o, struct sandbox__plan *p, cha
     }
 
     for (size_t i = 0; o->extra_ro_binds && o->extra_ro_binds[i]; i++) {
-        int rc = plan_extra_bind(p, o->extra_ro_binds[i], err);
+        int rc = plan_extra_bind(p, o->extra_ro_binds[i], false, err);
         if (rc)
             return rc;
     }
@@ -413,6 +422,11 @@ static int plan_build(const struct sandbox_opts *o, struct sandbox__plan *p, cha
                              SANDBOX__TMP_INODES);
     add_mount(p, "tmpfs", "/tmp", MS_NOSUID | MS_NODEV, tmp_data);
     free(tmp_data);
+    for (size_t i = 0; o->extra_ro_binds && o->extra_ro_binds[i]; i++) {
+        int rc = plan_extra_bind(p, o->extra_ro_binds[i], true, err);
+        if (rc)
+            return rc;
+    }
     plan_dev(p);
 
     for (size_t i = 0; i < ARRAY_SIZE(proc_ro); i++) {

@@ -9,8 +9,6 @@ unset OPENAI_BASE_URL CUDA_AGENT_BASE_URL CUDA_AGENT_MODEL
 export OPENAI_API_KEY=sk-secret-$$
 TASK=$CA_REPO/examples/tasks/softmax_last_dim.py
 SOL=$CA_REPO/examples/solutions/softmax_last_dim
-FAKE=$CA_REPO/tests/it/fake_llm.py
-SRV_PID=
 
 # The episodes' tools run in the sandbox (--insecure-no-sandbox cannot stand in: its shell
 # looks for the command file at the sandbox's path).
@@ -22,29 +20,8 @@ if ! "$CA" tool --workspace "$("$CA" workspace create --task "$TASK" "$PWD/probe
 fi
 "$CA" tool --episode probe-$$ --close >/dev/null 2>&1
 
-stop_server() { [ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null && wait "$SRV_PID" 2>/dev/null; SRV_PID=; }
-trap 'stop_server; rm -f "$OUT" "$ERR"' EXIT
-# serve NAME: start the fake server on script $NAME.json; sets URL and LOG.
-serve() {
-    stop_server
-    LOG=$PWD/$1.log
-    rm -f "$PWD/$1.port"
-    python3 "$FAKE" "$PWD/$1.json" "$PWD/$1.port" "$LOG" &
-    SRV_PID=$!
-    for _ in $(seq 100); do [ -s "$PWD/$1.port" ] && break; sleep 0.05; done
-    URL=http://127.0.0.1:$(cat "$PWD/$1.port")/v1
-}
+. "$CA_REPO/tests/it/fake_llm.bash"
 agent() { run "$CA" run --task "$TASK" --model test-model --base-url "$URL" "${SANDBOX[@]}" "$@"; }
-# py FILE EXPR: EXPR over L (the list of JSON lines of FILE) or J (FILE as JSON); prints it.
-py() { python3 -c '
-import json, sys
-t = open(sys.argv[1]).read()
-try: J = json.loads(t)
-except ValueError: J = None
-try: L = [json.loads(x) for x in t.splitlines() if x.strip()]
-except ValueError: L = []
-print(eval(sys.argv[2]))' "$1" "$2"; }
-reqs() { wc -l <"$LOG"; }
 
 # ---- usage ----
 run "$CA" run --model m --base-url http://127.0.0.1:1/v1;  expect "no --task" 2 "" "--task"
@@ -118,17 +95,13 @@ else
     echo "skip: trajectory schema validation (python3 jsonschema is not installed)"
 fi
 
-# The same episode scored by the evaluator (on the CPU), when PyTorch and nvcc are here.
+# The same episode with the final scoring on: without PyTorch and nvcc here the evaluator's
+# absence is reported in the result, not a failure (tests/it/agent_eval.sh scores for real).
 serve full
 agent --out "$PWD/scored" --device cpu --json
 expect "scored episode runs" 0 '"stop_reason": "answer"'
-if python3 -c 'import torch' 2>/dev/null && command -v nvcc >/dev/null; then
-    assert "final workspace scored correct" [ "$(py "$OUT" 'J["rewards"]["final"]["reward"] >= 1')" = True ]
-    assert "reward reported" [ "$(py "$OUT" 'J["rewards"]["reward"] >= 1')" = True ]
-else
-    assert "scoring failure is reported, not fatal" [ "$(py "$OUT" '"error" in J["rewards"]["final"]')" = True ]
-    echo "skip: rewards of the scored episode (needs PyTorch and nvcc; the evaluator said: $(py "$OUT" 'J["rewards"]["final"]["error"]'))"
-fi
+assert "final workspace scored or why not" [ "$(py "$OUT" '"error" in J["rewards"]["final"] or "reward" in J["rewards"]["final"]')" = True ]
+assert "no evaluations recorded, no best" [ "$(py "$OUT" 'J["rewards"]["best"]')" = None ]
 
 # ---- text-form tool calls ----
 cat >text.json <<'EOF'

@@ -22,6 +22,7 @@ bad() {
 
 # run CMD...: runs it, stdout in $OUT, stderr in $ERR, exit code in $RC.
 run() {
+    [ -n "${IT_TRACE:-}" ] && echo "$(date +%T.%N | cut -c1-12) run: $*" >&2
     "$@" >"$OUT" 2>"$ERR"
     RC=$?
 }

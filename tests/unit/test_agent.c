@@ -167,6 +167,18 @@ TEST(best_of_trajectory)
     const json_t *b = agent_best_eval(recs);
     REQUIRE(b);
     CHECK_EQ(json_integer_value(json_object_get(b, "seq")), 2); /* 3 at 1.2x beats 3 at 1.1x */
+    /* A passing ./verify (no reward of its own) counts 1; a later one wins a tie. */
+    json_t *ver = json_loads(
+        "[{\"seq\":1,\"command\":\"verify\",\"ok\":true,\"reward\":null,\"snapshot_dir\":\"/a\"},"
+        " {\"seq\":2,\"command\":\"compile\",\"ok\":true,\"reward\":null},"
+        " {\"seq\":3,\"command\":\"verify\",\"ok\":true,\"snapshot_dir\":\"/c\"},"
+        " {\"seq\":4,\"command\":\"verify\",\"ok\":false,\"snapshot_dir\":\"/d\"}]",
+        0, NULL);
+    REQUIRE(ver);
+    b = agent_best_eval(ver);
+    REQUIRE(b);
+    CHECK_EQ(json_integer_value(json_object_get(b, "seq")), 3);
+    json_decref(ver);
     json_t *none =
         json_loads("[{\"seq\":1,\"ok\":false,\"reward\":-1,\"snapshot_dir\":\"/a\"}]", 0, NULL);
     CHECK(agent_best_eval(none) == NULL);
@@ -255,7 +267,7 @@ static int script_post(void *data, struct llm_http *h, struct ca_err *err)
     return buf_addstr(h->resp, body);
 }
 
-static json_t *episode(struct script *s, struct agent_opts *o, int *rc_out)
+static json_t *episode(struct script *s, struct agent_opts *o, int *rc_out, bool no_eval)
 {
     static struct llm_transport t;
     t = (struct llm_transport){s, script_post};
@@ -264,7 +276,7 @@ static json_t *episode(struct script *s, struct agent_opts *o, int *rc_out)
     char *task = xstrfmt("%s/examples/tasks/softmax_last_dim.py", test_repo());
     o->task_ref = task;
     o->state_dir = state;
-    o->no_eval = true;
+    o->no_eval = no_eval;
     o->transport = &t;
     llm_opts_init(&o->llm);
     o->llm.retries = 0;
@@ -304,7 +316,7 @@ TEST(agent_episode_in_process)
     struct agent_opts o = {0};
     o.out_dir = xstrfmt("%s/out", test_tmpdir());
     int rc;
-    json_t *res = episode(&s, &o, &rc);
+    json_t *res = episode(&s, &o, &rc, true);
     REQUIRE(rc == 0 && res);
     CHECK_STR(json_string_value(json_object_get(res, "stop_reason")), "answer");
     CHECK_EQ(json_integer_value(json_object_get(res, "turns")), 3);
@@ -331,13 +343,13 @@ TEST(agent_episode_in_process)
     /* Running again into the same directory is refused; resuming a finished one too. */
     json_decref(s.requests);
     s.n = 0;
-    json_t *again = episode(&s, &o, &rc);
+    json_t *again = episode(&s, &o, &rc, true);
     CHECK_EQ(rc, CA_EUSAGE);
     CHECK(again == NULL);
     json_decref(s.requests);
     o.resume = true;
     s.n = 0;
-    again = episode(&s, &o, &rc);
+    again = episode(&s, &o, &rc, true);
     CHECK_EQ(rc, CA_EUSAGE);
     json_decref(s.requests);
     free(tp);
@@ -354,7 +366,7 @@ TEST(agent_stops_on_limits_and_errors)
     o.out_dir = xstrfmt("%s/limit", test_tmpdir());
     o.max_turns = 2;
     int rc;
-    json_t *res = episode(&s, &o, &rc);
+    json_t *res = episode(&s, &o, &rc, true);
     REQUIRE(rc == 0 && res);
     CHECK_STR(json_string_value(json_object_get(res, "stop_reason")), "max_turns");
     CHECK_EQ(json_array_size(s.requests), 2);
@@ -366,7 +378,7 @@ TEST(agent_stops_on_limits_and_errors)
     struct script s2 = {.replies = loop};
     struct agent_opts o2 = {0};
     o2.out_dir = xstrfmt("%s/err", test_tmpdir());
-    res = episode(&s2, &o2, &rc);
+    res = episode(&s2, &o2, &rc, true);
     REQUIRE(rc == 0 && res);
     CHECK_STR(json_string_value(json_object_get(res, "stop_reason")), "model_error");
     CHECK_EQ(json_integer_value(json_object_get(res, "turns")), 3);
@@ -381,11 +393,91 @@ TEST(agent_stops_on_limits_and_errors)
     struct agent_opts o3 = {0};
     o3.out_dir = xstrfmt("%s/ctx", test_tmpdir());
     o3.context_tokens = 12000;
-    res = episode(&s3, &o3, &rc);
+    res = episode(&s3, &o3, &rc, true);
     REQUIRE(rc == 0 && res);
     CHECK_STR(json_string_value(json_object_get(res, "stop_reason")), "context");
     CHECK_EQ(json_integer_value(json_object_get(res, "turns")), 1);
     json_decref(res);
     json_decref(s3.requests);
     free((char *)o3.out_dir);
+}
+
+/* Evaluations as the episode would record them: two on the first poll. */
+struct fake_evals {
+    char *snap_a, *snap_b;
+    int polls;
+};
+
+static int fake_evals(void *data, int64_t since, json_t **out, struct ca_err *err)
+{
+    struct fake_evals *f = data;
+    f->polls++;
+    *out = json_array();
+    if (since == 0) {
+        json_array_append_new(*out, json_pack("{s:i, s:s, s:b, s:n, s:s, s:s}", "seq", 1, "command",
+                                              "verify", "ok", 1, "reward", "stage", "verify",
+                                              "snapshot_dir", f->snap_a));
+        json_array_append_new(*out, json_pack("{s:i, s:s, s:b, s:i, s:s, s:s}", "seq", 2, "command",
+                                              "profile", "ok", 1, "reward", 2, "stage", "profile",
+                                              "snapshot_dir", f->snap_b));
+    }
+    return 0;
+}
+
+static char *snapshot(const char *name, const char *model_new)
+{
+    struct ca_err err = {0};
+    char *dir = xstrfmt("%s/%s", test_tmpdir(), name);
+    char *k = xstrfmt("%s/kernels", dir);
+    REQUIRE(fs_mkdirs(k, 0755, &err) == 0);
+    char *p = xstrfmt("%s/model_new.py", dir);
+    write_text(p, model_new);
+    free(p);
+    p = xstrfmt("%s/kernels/%s.cu", dir, name);
+    write_text(p, "// kernel\n");
+    free(p);
+    free(k);
+    return dir;
+}
+
+TEST(agent_best_of_trajectory_plumbing)
+{
+    static const char *const replies[] = {CALL_REPLY(BASH("a", "true")), ANSWER, NULL};
+    struct script s = {.replies = replies};
+    struct fake_evals fe = {snapshot("snap_a", "# A\n"), snapshot("snap_b", "# B\n"), 0};
+    struct agent_opts o = {0};
+    o.out_dir = xstrfmt("%s/best", test_tmpdir());
+    o.evals = fake_evals;
+    o.evals_data = &fe;
+    o.device = "cpu";
+    int rc;
+    json_t *res = episode(&s, &o, &rc, false);
+    REQUIRE(rc == 0 && res);
+    CHECK_EQ(fe.polls, 2);
+    CHECK_EQ(json_integer_value(json_object_get(res, "evals_recorded")), 2);
+    /* Snapshots are kept in OUT/evals/SEQ, so the episode's state may go. */
+    char *p = xstrfmt("%s/evals/2/kernels/snap_b.cu", o.out_dir);
+    CHECK(fs_is_file(p));
+    free(p);
+    /* The best (the profiled one, reward 2) is rebuilt as a workspace and scored. */
+    const json_t *best = json_object_get(json_object_get(res, "rewards"), "best");
+    REQUIRE(json_is_object(best));
+    CHECK_EQ(json_integer_value(json_object_get(best, "seq")), 2);
+    CHECK_EQ(json_integer_value(json_object_get(best, "recorded_reward")), 2);
+    struct buf b;
+    buf_init(&b, 1 << 20);
+    struct ca_err err = {0};
+    p = xstrfmt("%s/best_workspace/model_new.py", o.out_dir);
+    REQUIRE(fs_read_file(p, 1 << 20, &b, &err) == 0);
+    CHECK_STR(b.data, "# B\n");
+    free(p);
+    /* Scored or not (no PyTorch here), the final workspace has a verdict or a reason. */
+    const json_t *fin = json_object_get(json_object_get(res, "rewards"), "final");
+    CHECK(json_object_get(fin, "reward") || json_object_get(fin, "error"));
+    buf_release(&b);
+    json_decref(res);
+    json_decref(s.requests);
+    free((char *)o.out_dir);
+    free(fe.snap_a);
+    free(fe.snap_b);
 }

@@ -1056,7 +1056,28 @@ TEST(extra_read_only_binds)
     REQUIRE(sh(&o, "test -d /usr/include && echo ok", &r) == 0);
     CHECK_STR(r.out.data, "ok\n");
     sandbox_run_result_release(&r);
-    const char *bad[] = {test_tmpdir(), NULL};
+    /* A tree under /tmp (a checkout in /tmp with its Python environment) is bound beneath
+     * the sandbox's own /tmp, read-only; /tmp itself is refused. */
+    char tdir[512], tfile[600], tscript[1400];
+    snprintf(tdir, sizeof(tdir), "%s/extra-tree", test_tmpdir());
+    REQUIRE(mkdir(tdir, 0755) == 0 || errno == EEXIST);
+    snprintf(tfile, sizeof(tfile), "%s/hdr.h", tdir);
+    FILE *tf = fopen(tfile, "w");
+    REQUIRE(tf != NULL);
+    fputs("int in_tmp;\n", tf);
+    fclose(tf);
+    const char *tmp_tree[] = {tdir, NULL};
+    o.extra_ro_binds = tmp_tree;
+    snprintf(tscript, sizeof(tscript), "cat %s; echo x > %s/new 2>/dev/null || echo read-only; "
+             "echo y > /tmp/other && echo tmp-writable", tfile, tdir);
+    REQUIRE(sh(&o, tscript, &r) == 0);
+    CHECK_CONTAINS(r.out.data, "int in_tmp;");
+    CHECK_CONTAINS(r.out.data, "read-only");
+    CHECK_CONTAINS(r.out.data, "tmp-writable");
+    sandbox_run_result_release(&r);
+    unlink(tfile);
+    rmdir(tdir);
+    const char *bad[] = {"/tmp", NULL};
     o.extra_ro_binds = bad;
     struct sandbox *sb = NULL;
     struct ca_err err = {0};

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""worker.py: a long-lived trusted GPU runner: evaluate.py without the start-up costs.
+
+    python3 harness/worker.py [--device cuda|cpu] [--prewarm N] [--python PATH]
+
+The evaluator service (src/eval/gpupool.c) starts one worker per visible GPU (with
+CUDA_VISIBLE_DEVICES naming that GPU) and sends it one job at a time. The worker has torch
+imported and the device initialised once, and keeps N candidate processes pre-warmed (torch
+imported, device initialised, waiting for a job; each is used for one job and then killed),
+so that an evaluation pays for neither `import torch` nor CUDA start-up on either side.
+Baseline timings stay cached on disk by evaluate.py (keyed by task hash, GPU, PyTorch).
+
+Protocol (JSON lines): requests on stdin, {"id": ID, "argv": [evaluate.py arguments]};
+replies on the file descriptor that was stdout at start, {"id": ID, "rc": STATUS,
+"elapsed_s": T}, the result itself being written to the request's --out exactly as
+`evaluate.py ARGV` would (same exit status too). Before the first request the worker writes
+{"ready": true, "device": ..., "torch": ...}. Everything else this process or the task code
+prints goes to stderr, never into the reply channel. EOF on stdin ends the worker.
+Exit status: 0 at EOF; 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if not sys.path or os.path.abspath(sys.path[0]) != _HERE:
+    sys.path.insert(0, _HERE)
+
+# The reply channel is a private copy of stdout; fd 1 then points at stderr, so that nothing
+# printed by this process (task code included) can be taken for a reply.
+_REPLY = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+os.dup2(2, 1)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+
+import evaluate  # noqa: E402  (imports torch)
+import timing  # noqa: E402
+import torch  # noqa: E402
+
+MAX_REQUEST_BYTES = 1 << 20
+
+
+def reply(msg: dict) -> None:
+    _REPLY.write(json.dumps(msg, separators=(",", ":")) + "\n")
+    _REPLY.flush()
+
+
+def handle(line: str, pool: evaluate.CandidatePool, python: str) -> dict:
+    try:
+        req = json.loads(line)
+    except ValueError:
+        return {"id": None, "rc": 2, "error": "request is not JSON"}
+    if not isinstance(req, dict) or not isinstance(req.get("argv"), list) or \
+            not all(isinstance(a, str) for a in req["argv"]):
+        return {"id": None, "rc": 2, "error": "request needs \"argv\": [strings]"}
+    rid = req.get("id")
+    parser = evaluate.build_parser()
+    try:
+        opts = parser.parse_args(req["argv"])
+    except SystemExit as e:  # argparse reports to stderr and exits; a job error here
+        return {"id": rid, "rc": 2, "error": f"bad evaluate.py arguments (status {e.code})"}
+    if "--python" not in req["argv"]:
+        opts.python = python
+    opts.pool = pool
+    t0 = time.monotonic()
+    rc = evaluate.run(opts)
+    return {"id": rid, "rc": rc, "elapsed_s": round(time.monotonic() - t0, 4)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="worker.py", description=__doc__.split("\n")[0])
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--prewarm", type=int, default=2,
+                   help="candidate processes kept pre-warmed (default 2; 0: start on demand)")
+    p.add_argument("--python", default=sys.executable,
+                   help="interpreter of the candidate processes (default: this one)")
+    p.add_argument("--tmp-dir", help="where candidate directories are made (default: /dev/shm "
+                                     "when it has 8 GiB free, else TMPDIR)")
+    opts = p.parse_args(argv)
+    if opts.prewarm < 0:
+        p.error("--prewarm must be >= 0")
+    device = timing.resolve_device(torch.device(opts.device))
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            reply({"ready": False, "error": "--device cuda, but no CUDA device is usable"})
+            return 3
+        torch.cuda.set_device(device)
+        torch.zeros(1, device=device)  # creates the context now
+    pool = evaluate.CandidatePool(opts.python, opts.device, opts.prewarm,
+                                  evaluate.hu.job_tmp_dir(opts.tmp_dir))
+    try:
+        pool.fill()
+        reply({"ready": True, "device": str(device), "torch": torch.__version__,
+               "pid": os.getpid()})
+        while True:
+            line = sys.stdin.readline(MAX_REQUEST_BYTES + 1)
+            if not line:
+                return 0
+            if not line.strip():
+                continue
+            if len(line) > MAX_REQUEST_BYTES:
+                reply({"id": None, "rc": 2, "error": "request too long"})
+                return 2
+            reply(handle(line, pool, opts.python))
+            pool.fill()
+    finally:
+        pool.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

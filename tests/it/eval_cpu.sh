@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The whole evaluator in CPU mode (no GPU needed, PyTorch needed): one-shot `cuda-agent eval
+# --device cpu`, the evaluator service (`cuda-agent evaluator --device cpu`) with correct,
+# wrong, crashing and hanging candidates, a runner killed under it, and an episode whose
+# ./compile, ./verify and ./profile reach the evaluator from inside the sandbox and are
+# recorded. The candidate is a C++ extension whose "kernel" is host code in a .cu
+# (tests/eval/cpu).
+. "$CA_REPO/tests/it/lib.sh"
+PY=${CUDA_AGENT_PYTHON:-python3}
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+    echo "SKIP: PyTorch is not importable by $PY (set CUDA_AGENT_PYTHON; scripts/setup.sh installs it in .venv)"
+    exit 77
+fi
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    echo "SKIP: no nvcc"
+    exit 77
+fi
+export CUDA_AGENT_PYTHON=$PY
+# The compile cache is content-addressed and safe to share: one across test runs (CI runs the
+# suite twice) saves rebuilding the precompiled torch header on slow machines.
+export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}
+export CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900}
+export CUDA_AGENT_STATE_DIR=$PWD/state
+FIX=$CA_REPO/tests/eval/cpu
+SOCK=$PWD/ev.sock
+field() { "$PY" -c 'import json,sys
+d = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."):
+    d = d.get(k) if isinstance(d, dict) else None
+print(d)' "$OUT" "$1"; }
+mk() { # NAME [sed expression for the .cu]
+    "$CA" workspace create --task "$FIX/task.py" "$PWD/$1" >/dev/null || exit 1
+    cp "$FIX"/sol/kernels/* "$PWD/$1/kernels/"
+    cp "$FIX/sol/model_new.py" "$PWD/$1/"
+    [ -z "${2:-}" ] || sed -i "$2" "$PWD/$1/kernels/swish_cpu.cu"
+}
+svc_pid=
+cleanup() {
+    [ -n "$svc_pid" ] && kill "$svc_pid" 2>/dev/null && wait "$svc_pid" 2>/dev/null
+    "$CA" tool --episode cpu-$$ --close >/dev/null 2>&1
+    rm -f "$OUT" "$ERR"
+}
+trap cleanup EXIT
+
+mk good
+mk wrong 's/\* scale + bias\[c\]/* scale + bias[c] + 0.5f/'
+mk crash 's/float v = x\[r \* cols + c\];/float v = x[r * cols + c]; if (r == 3) *(volatile int *)0 = 1;/'
+mk hang 's/float v = x\[r \* cols + c\];/float v = x[r * cols + c]; for (volatile int spin = 1; spin;) {}/'
+
+# -- one-shot, in this process
+run "$CA" eval --device cpu --json "$PWD/good"
+expect "one-shot CPU evaluation passes" 0 '"stage": "done"'
+assert "a reward of at least 1" [ "$(field reward.reward)" -ge 1 ]
+assert "the candidate was timed" [ "$(field harness.timing.candidate.median_ms)" != None ]
+
+# -- the service
+run "$CA" evaluator --device cpu --gpus 0;        expect "--gpus needs cuda" 2 "" "--gpus"
+run "$CA" evaluator --device tpu;                  expect "bad --device" 2 "" "--device"
+run "$CA" eval --server "$PWD/none.sock" "$PWD/good"
+expect "no service: exit 69" 69 "" "no evaluator service answers"
+
+"$CA" evaluator --device cpu --prewarm 1 --socket "$SOCK" 2>"$PWD/svc.log" &
+svc_pid=$!
+for _ in $(seq 3000); do [ -S "$SOCK" ] && break; sleep 0.1; done
+assert "the service listens" [ -S "$SOCK" ]
+
+run "$CA" eval --server "$SOCK" --json "$PWD/good"
+expect "correct candidate through the service" 0 '"stage": "done"'
+assert "its candidate was pre-warmed" [ "$(field harness.candidate.prewarmed)" = True ]
+run "$CA" eval --server "$SOCK" --json "$PWD/good"
+expect "again" 0
+assert "everything came from the cache" [ "$(field compile.link.cached)" = True ]
+
+run "$CA" eval --server "$SOCK" --json "$PWD/wrong"
+expect "wrong output: reward -1" 1 '"kind": "mismatch"'
+assert "stage verify" [ "$(field stage)" = verify ]
+
+run "$CA" eval --server "$SOCK" --json "$PWD/crash"
+expect "segfault in the candidate is its own failure" 1 '"kind": "crash"'
+
+run "$CA" eval --server "$SOCK" --timeout 5 --json "$PWD/hang"
+expect "a hang is a timeout" 1 '"kind": "timeout"'
+
+run "$CA" eval --server "$SOCK" --verify-only "$PWD/good"
+expect "the service still serves after crash and hang" 0
+
+# A runner killed under the service is restarted for the next job.
+wpid=$(pgrep -f "worker.py --device cpu" | head -1)
+assert "a runner process exists" [ -n "$wpid" ]
+kill -9 "$wpid"
+sleep 0.2
+run "$CA" eval --server "$SOCK" --verify-only "$PWD/good"
+expect "a killed runner is replaced" 0
+
+# -- an episode: the workspace's commands reach the service from inside the sandbox
+if "$CA" tool --workspace "$PWD/good" --episode probe-$$ Bash '{"command":"true"}' >/dev/null 2>"$ERR"; then
+    "$CA" tool --episode probe-$$ --close >/dev/null 2>&1
+    export CUDA_AGENT_EVALUATOR=$SOCK
+    tool() { run "$CA" tool --workspace "$PWD/good" --episode cpu-$$ Bash "{\"command\":\"$1\"}"; }
+    tool "./compile"
+    expect "./compile inside the sandbox" 0 '"exit_code": 0' 
+    tool "./verify"
+    expect "./verify inside the sandbox" 0 "verify: ok"
+    tool "./profile"
+    expect "./profile inside the sandbox" 0 "reward"
+    tool "sed -i 's/return cuda_extension.swish_cpu(x, self.bias, float(self.scale))/return cuda_extension.swish_cpu(x, self.bias, 2.0)/' model_new.py && ./verify"
+    expect "a wrong change fails ./verify" 0 "\"exit_code\": 1"
+    tool "printf '\\\\000\\\\000\\\\000\\\\002{}' | python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(\\\"/run/cuda-agent/eval.sock\\\"); s.sendall(sys.stdin.buffer.read()); print(s.recv(4096))'"
+    expect "a request without a command is refused" 0 "command"
+    run "$CA" tool --episode cpu-$$ --evals
+    expect "evaluations are recorded" 0 '"command": "profile"'
+    assert "four records (compile, verify, profile, verify)" [ "$("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["evals"]))' "$OUT")" = 4 ]
+    assert "the failed verify kept its files" "$PY" -c '
+import json, os, sys
+r = json.load(open(sys.argv[1]))["evals"][-1]
+assert r["command"] == "verify" and r["ok"] is False, r
+d = r["snapshot_dir"]
+assert "2.0)" in open(os.path.join(d, "model_new.py")).read()
+assert os.path.exists(os.path.join(d, "model.py")) and os.path.exists(os.path.join(d, "report.json"))' "$OUT"
+    unset CUDA_AGENT_EVALUATOR
+else
+    echo "skip: no sandbox on this host: $(cat "$ERR")"
+fi
+
+kill "$svc_pid"
+wait "$svc_pid"
+assert "the service stops on SIGTERM and removes its socket" [ ! -e "$SOCK" ]
+svc_pid=
+finish
