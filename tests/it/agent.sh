@@ -50,7 +50,7 @@ print(json.dumps([
                     {"name": "Write", "arguments": {"file_path": "kernels/softmax_last_dim_binding.cpp", "content": bind}},
                     {"name": "Write", "arguments": {"file_path": "model_new.py", "content": mn}}],
      "logprobs": {"content": [{"token": "Writing", "logprob": -0.25}]}, "token_ids": [101, 102, 103]},
-    {"tool_calls": [{"name": "Bash", "arguments": {"command": "ls kernels && wc -c model_new.py && ./verify; echo verify-exit=$?"}}]},
+    {"tool_calls": [{"name": "Bash", "arguments": {"command": "ls kernels && wc -c model_new.py; echo bash-exit=$?"}}]},
     {"content": "Done: kernels/softmax_last_dim.cu holds a one-pass online softmax."},
 ]))
 EOF
@@ -64,7 +64,7 @@ assert "kernel written" cmp -s "$SOL/kernels/softmax_last_dim.cu" "$PWD/full/wor
 assert "binding written" cmp -s "$SOL/kernels/softmax_last_dim_binding.cpp" "$PWD/full/workspace/kernels/softmax_last_dim_binding.cpp"
 assert "model_new.py written" cmp -s "$SOL/model_new.py" "$PWD/full/workspace/model_new.py"
 assert "no tool failed" [ "$(py "$T" 'sum(r["is_error"] for x in L if x["type"]=="turn" for r in x["tool_results"])')" = 0 ]
-assert "Bash ran in the workspace" grep -q 'verify-exit=' "$T"
+assert "Bash ran in the workspace" grep -q 'softmax_last_dim_binding.cpp.*bash-exit=0' "$T"
 assert "logprobs recorded" [ "$(py "$T" 'L[2]["logprobs"]["content"][0]["logprob"]')" = -0.25 ]
 assert "token ids recorded" [ "$(py "$T" 'L[2]["token_ids"]')" = "[101, 102, 103]" ]
 assert "usage recorded" [ "$(py "$T" 'L[1]["usage"]["completion_tokens"]')" = 17 ]
