@@ -1068,8 +1068,10 @@ TEST(extra_read_only_binds)
     fclose(tf);
     const char *tmp_tree[] = {tdir, NULL};
     o.extra_ro_binds = tmp_tree;
-    snprintf(tscript, sizeof(tscript), "cat %s; echo x > %s/new 2>/dev/null || echo read-only; "
-             "echo y > /tmp/other && echo tmp-writable", tfile, tdir);
+    snprintf(tscript, sizeof(tscript),
+             "cat %s; echo x > %s/new 2>/dev/null || echo read-only; "
+             "echo y > /tmp/other && echo tmp-writable",
+             tfile, tdir);
     REQUIRE(sh(&o, tscript, &r) == 0);
     CHECK_CONTAINS(r.out.data, "int in_tmp;");
     CHECK_CONTAINS(r.out.data, "read-only");
