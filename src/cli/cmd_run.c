@@ -132,11 +132,9 @@ int cmd_run(int argc, char **argv)
         {"model", 'm', CLI_OPT_STRING, &o.llm.model, "NAME",
          "model name sent to the server (default $CUDA_AGENT_MODEL)"},
         {"base-url", 0, CLI_OPT_STRING, &o.llm.base_url, "URL",
-         "server, e.g. http://127.0.0.1:8000/v1 (default $CUDA_AGENT_BASE_URL, "
-         "$OPENAI_BASE_URL)"},
+         "server, e.g. http://127.0.0.1:8000/v1 (default $OPENAI_BASE_URL)"},
         {"out", 'o', CLI_OPT_STRING, &o.out_dir, "DIR",
-         "output directory: workspace/, trajectory.jsonl, eval reports (default "
-         "runs/run-DATE-PID)"},
+         "output directory (default runs/run-DATE-PID)"},
         {"resume", 0, CLI_OPT_STRING, &resume, "DIR", "continue the interrupted episode in DIR"},
         {"max-turns", 0, CLI_OPT_INT, &max_turns, "N", "turn limit (default 200; 150 in training)",
          1, 100000},
@@ -159,7 +157,7 @@ int cmd_run(int argc, char **argv)
         {"token-ids", 0, CLI_OPT_FLAG, &o.llm.token_ids, NULL,
          "ask for token ids (vLLM return_token_ids) and record them"},
         {"no-text-tools", 0, CLI_OPT_FLAG, &o.llm.no_text_tools, NULL,
-         "do not parse <tool_call> / fenced JSON tool calls from the reply text"},
+         "no <tool_call> / fenced JSON calls from the reply text"},
         {"request-timeout", 0, CLI_OPT_INT, &timeout_s, "SEC",
          "limit on one model request (default 600)", 1, 86400},
         {"stall-timeout", 0, CLI_OPT_INT, &stall_s, "SEC",
@@ -173,14 +171,13 @@ int cmd_run(int argc, char **argv)
         {"no-eval", 0, CLI_OPT_FLAG, &o.no_eval, NULL, "do not score the result at the end"},
         {"device", 0, CLI_OPT_STRING, &o.device, "cuda|cpu", "evaluation device (default cuda)"},
         {"evaluator", 0, CLI_OPT_STRING, &o.evaluator, "SOCK",
-         "evaluator service for the agent's ./compile, ./verify, ./profile and the final "
-         "scoring (default $CUDA_AGENT_EVALUATOR, else in process)"},
+         "evaluator service socket (default $CUDA_AGENT_EVALUATOR, else in process)"},
         {"cache-dir", 0, CLI_OPT_STRING, &o.cache_dir, "DIR", "evaluator cache"},
         {"eval-no-sandbox", 0, CLI_OPT_FLAG, &o.eval_no_sandbox, NULL,
          "run the evaluator's compilers without the sandbox (unsafe)"},
         {"state-dir", 0, CLI_OPT_STRING, &o.state_dir, "DIR", "where the episode keeps its state"},
         {"insecure-no-sandbox", 0, CLI_OPT_FLAG, &insecure, NULL,
-         "run the agent's tools WITHOUT a sandbox (unsafe; hosts without user namespaces)"},
+         "run the tools WITHOUT a sandbox (unsafe)"},
         {"json", 0, CLI_OPT_FLAG, &as_json, NULL, "print the result as JSON"},
         {0},
     };
@@ -195,9 +192,11 @@ int cmd_run(int argc, char **argv)
             "are elided first), at --wall-clock, or on SIGINT/SIGTERM. Then the evaluator\n"
             "scores the final workspace and the best correct snapshot recorded by the agent's\n"
             "./verify and ./profile runs; the reward is the better of the two.\n\n"
-            "OUT/trajectory.jsonl gets one line per turn as it happens "
-            "(docs/trajectory.schema.json);\n"
-            "--resume OUT continues an interrupted episode.\n\n"
+            "OUT holds workspace/, trajectory.jsonl (one line per turn as it happens; see\n"
+            "docs/trajectory.schema.json), evals/ (snapshots of the agent's evaluations) and\n"
+            "the final reports. --resume OUT continues an interrupted episode. The agent's\n"
+            "./compile, ./verify and ./profile and the final scoring use --device and\n"
+            "--evaluator.\n\n"
             "Exit status: 0 the episode ran to a normal stop (answer, turn limit, context,\n"
             "wall clock); 1 the model server failed or the run was interrupted (resumable);\n"
             "2 usage; 3 bad task or trajectory; 4 not found; 69 no sandbox or evaluator.",
