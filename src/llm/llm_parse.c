@@ -356,7 +356,11 @@ int llm_parse_reply(struct sv body, unsigned flags, int64_t seq, struct llm_repl
         {
             struct llm_tool_call *c = new_call(r, seq);
             const char *id = json_string_value(json_object_get(tc, "id"));
-            if (id && *id && utf8_valid(id, strlen(id), NULL)) {
+            bool dup = false; /* every tool message must answer one call: ids are unique */
+            for (size_t k = 0; id && k + 1 < r->ncalls; k++)
+                dup = dup || strcmp(r->calls[k].id, id) == 0;
+            if (id && *id && !dup && strlen(id) <= CA_LIMIT_ID &&
+                utf8_valid(id, strlen(id), NULL)) {
                 free(c->id);
                 c->id = xstrdup(id);
             }

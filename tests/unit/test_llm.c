@@ -94,6 +94,21 @@ TEST(llm_malformed_calls_carry_errors)
     llm_reply_release(&R);
 }
 
+TEST(llm_duplicate_ids_are_renamed)
+{
+    REQUIRE(parse(REPLY("{\"tool_calls\":["
+                        "{\"id\":\"same\",\"function\":{\"name\":\"Glob\",\"arguments\":\"{}\"}},"
+                        "{\"id\":\"same\",\"function\":{\"name\":\"Grep\",\"arguments\":\"{}\"}},"
+                        "{\"id\":\"\",\"function\":{\"name\":\"Read\",\"arguments\":\"{}\"}}]}"),
+                  0) == 0);
+    REQUIRE(R.ncalls == 3);
+    CHECK_STR(R.calls[0].id, "same");
+    CHECK_STR(R.calls[1].id, "call_7_1");
+    CHECK_STR(R.calls[2].id, "call_7_2");
+    CHECK_STR(json_string_value(json_object_get(msg_call(1), "id")), "call_7_1");
+    llm_reply_release(&R);
+}
+
 TEST(llm_too_many_calls)
 {
     struct buf b;
