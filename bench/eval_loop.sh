@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # bench/eval_loop.sh - the evaluator on a GPU machine: for each example with a reference
 # solution, a cold evaluation (first build, baselines measured), a warm iteration that changed
-# only the .cu (the agent's usual loop), and a repeat with nothing changed; then broken
-# candidates that must fail with the right reason. Prints one line per run and writes every
-# JSON report to OUT_DIR.
+# only the .cu (the agent's usual loop), and a repeat with nothing changed; then the
+# KernelBench-format candidates of examples/kernelbench (eval --kernelbench-file: a new
+# candidate, one whose cuda source changed, and an unchanged repeat; DESIGN §6 targets <= 10 s
+# for a new one, where torch's own load_inline takes 53 s); then broken candidates that must
+# fail with the right reason. Prints one line per run and writes every JSON report to OUT_DIR.
 #
 #   bench/eval_loop.sh [CUDA_AGENT_BINARY] [OUT_DIR]
 #
@@ -36,15 +38,16 @@ print(f"stage={r.get('stage')} ok={r.get('ok')} reward={rw.get('reward')} "
       f"msg={(r.get('message') or '')[:160]!r}")
 PY
 }
-run_eval() { # name workspace
-    local t0 t1 rc
+run_eval() { # name workspace | name --task T --kernelbench-file F
+    local t0 t1 rc name=$1
+    shift
     t0=$(now)
     # shellcheck disable=SC2086
-    "$CA" eval --json $EXTRA "$2" >"$OUT/$1.json" 2>"$OUT/$1.err"
+    "$CA" eval --json $EXTRA "$@" >"$OUT/$name.json" 2>"$OUT/$name.err"
     rc=$?
     t1=$(now)
-    printf '%-34s rc=%d wall=%6.2fs ' "$1" "$rc" "$(python3 -c "print($t1 - $t0)")"
-    if [ -s "$OUT/$1.json" ]; then summary "$OUT/$1.json"; else echo "no report: $(tail -c 300 "$OUT/$1.err")"; fi
+    printf '%-34s rc=%d wall=%6.2fs ' "$name" "$rc" "$(python3 -c "print($t1 - $t0)")"
+    if [ -s "$OUT/$name.json" ]; then summary "$OUT/$name.json"; else echo "no report: $(tail -c 300 "$OUT/$name.err")"; fi
 }
 make_ws() { # task solution-dir dest
     "$CA" workspace create --task "$1" "$3" >/dev/null || exit 1
@@ -64,6 +67,22 @@ for sol in examples/solutions/*/; do
     b=$(ls "$ws"/kernels/*_binding.cpp | head -1)
     echo "// touched $(date +%s%N)" >>"$b"
     run_eval "$name.binding-changed" "$ws"
+done
+
+# KernelBench-format candidates: the load_inline sources built by the evaluator's compile pool.
+# "cold" is a candidate the cache has never seen (unique comments in its cuda and cpp sources,
+# so its objects are new even on a machine that ran this before; the precompiled header may be
+# warm); "warm-cu-changed" changes only the cuda source, as an agent's next attempt would.
+for kb in examples/kernelbench/*.py; do
+    name=$(basename "$kb" .py)
+    f=$work/kb_$name.py
+    stamp=$(date +%s%N)
+    sed -e "s|^#include <cuda_runtime.h>$|#include <cuda_runtime.h>\n// run $stamp|" \
+        -e "s|\"torch::Tensor |\"/* run $stamp */ torch::Tensor |" "$kb" >"$f"
+    run_eval "kb.$name.cold" --task "examples/tasks/$name.py" --kernelbench-file "$f"
+    sed -i "s|^// run .*|// run $(date +%s%N)|" "$f"
+    run_eval "kb.$name.warm-cu-changed" --task "examples/tasks/$name.py" --kernelbench-file "$f"
+    run_eval "kb.$name.warm-unchanged" --task "examples/tasks/$name.py" --kernelbench-file "$f"
 done
 
 # Broken candidates: each must fail, naming the reason.

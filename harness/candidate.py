@@ -15,7 +15,8 @@ clones the inputs, poisons freed device memory with NaN (so unwritten output ele
 runs forward under torch.no_grad(), synchronises, and saves the outputs and the post-forward
 inputs to outputs_<i>.pt for the trusted side to compare. It never sees the reference
 outputs or the seeds. After all sets it waits for one stdin line: "time" (measure the forward
-on input set 0 with timing.measure and report) or anything else (stop).
+on input set 0 with timing.measure and report, then run the job's post-timing input set and
+report it like a verified one) or anything else (stop).
 
 Messages go to the trusted side as JSON lines on fd N (see docs/internals/harness.md):
   {"type": "ready"}                                  (--prewarm only, before reading DIR)
@@ -261,6 +262,10 @@ class Runner:
             return False
         self.stage("timing")
         self.time_forward()
+        post = job.get("post_timing_set")
+        if post is not None:
+            self.stage("post_timing")
+            self.verify_set(int(post))
         self.chan.send({"type": "done"})
         return True
 

@@ -136,23 +136,3 @@ def cap(text: str, limit: int = STDERR_TAIL_BYTES) -> str:
         return text
     return "[...]" + data[-limit:].decode("utf-8", "replace")
 
-
-# Candidate job directories carry every input set, output and post-forward input as files:
-# on a memory-backed file system they cost memory bandwidth, not disk writes. Used when it
-# has room for large tasks; else the default temporary directory.
-SHM_DIR = "/dev/shm"
-SHM_MIN_FREE_BYTES = 8 << 30
-
-
-def job_tmp_dir(requested: str | None) -> str | None:
-    """Where candidate directories go: the requested directory, else /dev/shm when it is a
-    writable directory with SHM_MIN_FREE_BYTES free, else None (tempfile's default)."""
-    if requested:
-        return requested
-    try:
-        st = os.statvfs(SHM_DIR)
-        if st.f_bavail * st.f_frsize >= SHM_MIN_FREE_BYTES and os.access(SHM_DIR, os.W_OK):
-            return SHM_DIR
-    except OSError:
-        pass
-    return None

@@ -7,7 +7,9 @@ The evaluator service (src/eval/gpupool.c) starts one worker per visible GPU (wi
 CUDA_VISIBLE_DEVICES naming that GPU) and sends it one job at a time. The worker has torch
 imported and the device initialised once, and keeps N candidate processes pre-warmed (torch
 imported, device initialised, waiting for a job; each is used for one job and then killed),
-so that an evaluation pays for neither `import torch` nor CUDA start-up on either side.
+so that an evaluation pays for neither `import torch` nor CUDA start-up on either side; and
+after each job it draws the next job's input sets for the same task in the background
+(evaluate.SetPrefetch), so that a warm evaluation does not wait for get_inputs() either.
 Baseline timings stay cached on disk by evaluate.py (keyed by task hash, GPU, PyTorch).
 
 Protocol (JSON lines): requests on stdin, {"id": ID, "argv": [evaluate.py arguments]};
@@ -49,7 +51,8 @@ def reply(msg: dict) -> None:
     _REPLY.flush()
 
 
-def handle(line: str, pool: evaluate.CandidatePool, python: str) -> dict:
+def handle(line: str, pool: evaluate.CandidatePool, prefetch: evaluate.SetPrefetch,
+           python: str) -> dict:
     try:
         req = json.loads(line)
     except ValueError:
@@ -66,6 +69,7 @@ def handle(line: str, pool: evaluate.CandidatePool, python: str) -> dict:
     if "--python" not in req["argv"]:
         opts.python = python
     opts.pool = pool
+    opts.prefetch = prefetch
     t0 = time.monotonic()
     rc = evaluate.run(opts)
     return {"id": rid, "rc": rc, "elapsed_s": round(time.monotonic() - t0, 4)}
@@ -78,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="candidate processes kept pre-warmed (default 2; 0: start on demand)")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter of the candidate processes (default: this one)")
-    p.add_argument("--tmp-dir", help="where candidate directories are made (default: /dev/shm "
-                                     "when it has 8 GiB free, else TMPDIR)")
+    p.add_argument("--tmp-dir", help="where candidate directories are made (default TMPDIR)")
     opts = p.parse_args(argv)
     if opts.prewarm < 0:
         p.error("--prewarm must be >= 0")
@@ -90,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         torch.cuda.set_device(device)
         torch.zeros(1, device=device)  # creates the context now
-    pool = evaluate.CandidatePool(opts.python, opts.device, opts.prewarm,
-                                  evaluate.hu.job_tmp_dir(opts.tmp_dir))
+    pool = evaluate.CandidatePool(opts.python, opts.device, opts.prewarm, opts.tmp_dir)
+    prefetch = evaluate.SetPrefetch()
     try:
         pool.fill()
         reply({"ready": True, "device": str(device), "torch": torch.__version__,
@@ -105,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             if len(line) > MAX_REQUEST_BYTES:
                 reply({"id": None, "rc": 2, "error": "request too long"})
                 return 2
-            reply(handle(line, pool, opts.python))
+            reply(handle(line, pool, prefetch, opts.python))
             pool.fill()
     finally:
+        prefetch.wait()  # a draw in progress must not be cut by the interpreter's exit
         pool.close()
 
 

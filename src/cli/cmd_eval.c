@@ -1,6 +1,7 @@
 /*
  * cmd_eval.c - `cuda-agent eval`: compile, verify, profile and reward a
- * workspace, with a human report or --json.
+ * workspace, or a KernelBench-style file with --kernelbench-file, with a
+ * human report or --json.
  */
 #include "cli/cli.h"
 
@@ -38,6 +39,9 @@ int cmd_eval(int argc, char **argv)
     const struct cli_opt opts[] = {
         {"task", 't', CLI_OPT_STRING, &o.task_ref, "TASK",
          "evaluate against this task instead of the workspace's model.py"},
+        {"kernelbench-file", 0, CLI_OPT_STRING, &o.kernelbench_file, "FILE",
+         "evaluate a KernelBench-style file (ModelNew + load_inline) against --task, "
+         "without a workspace"},
         {"device", 0, CLI_OPT_STRING, &o.device, "cuda|cpu", "where to run (default cuda)"},
         {"arch", 0, CLI_OPT_STRING, &o.arch, "SM",
          "target architecture, e.g. sm_90 (default: the GPU's)"},
@@ -66,12 +70,18 @@ int cmd_eval(int argc, char **argv)
         {0},
     };
     const struct cli_spec spec = {
-        .usage = "cuda-agent eval [options] WORKSPACE",
+        .usage = "cuda-agent eval [options] WORKSPACE\n"
+                 "       cuda-agent eval [options] --task TASK --kernelbench-file FILE",
         .summary = "Compile, verify and profile a workspace's kernels and compute the reward.",
         .description =
             "Stages: snapshot of the writable files; static policy; compile (cached); verify\n"
             "on fresh random inputs in a throw-away candidate process; time eager,\n"
             "torch.compile and the candidate the same way; reward -1/1/2/3.\n\n"
+            "With --kernelbench-file, FILE is one Python file whose ModelNew calls kernels\n"
+            "built by torch.utils.cpp_extension.load_inline. Its sources are read without\n"
+            "running the file (stage \"extract\": they must be string literals or module-level\n"
+            "string constants) and built by the evaluator's compile pool, never by load_inline;\n"
+            "the other stages are a workspace's.\n\n"
             "Exit status: 0 the candidate is correct (reward >= 1); 1 it is not (reward -1,\n"
             "the report says why); 2 usage; 69 a needed component (nvcc, PyTorch, the\n"
             "evaluator service) is missing.\n\n"
@@ -90,11 +100,16 @@ int cmd_eval(int argc, char **argv)
         free(args);
         return eval_doctor();
     }
-    if (nargs != 1) {
+    if (o.kernelbench_file && (nargs != 0 || !o.task_ref)) {
+        free(args);
+        return cli_usage_error("eval", nargs ? "--kernelbench-file takes no WORKSPACE"
+                                             : "--kernelbench-file needs --task TASK");
+    }
+    if (!o.kernelbench_file && nargs != 1) {
         free(args);
         return cli_usage_error("eval", "expected a WORKSPACE directory");
     }
-    o.workspace = args[0];
+    o.workspace = nargs ? args[0] : NULL;
     o.seeds = (int)seeds;
     o.timeout_ms = timeout_s * 1000;
     o.budget_ms = budget_ms;

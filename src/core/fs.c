@@ -864,3 +864,18 @@ int fs_cache_dir(struct buf *out, const char *sub, struct ca_err *err)
         return err_setf(err, CA_ETOOBIG, "cache directory path is over %d bytes", CA_LIMIT_PATH);
     return 0;
 }
+
+int fs_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}

@@ -35,6 +35,9 @@ int fs_read_fd(int fd, size_t max, struct buf *b, const char *what,
 int fs_write_atomic(const char *path, const void *data, size_t len, mode_t mode,
                     struct ca_err *err) WARN_UNUSED_RESULT;
 
+/* write(2) all n bytes, retrying short writes and EINTR: 0 or -errno. */
+int fs_write_all(int fd, const void *p, size_t n) WARN_UNUSED_RESULT;
+
 /* mkdir -p; existing directories are fine. */
 int fs_mkdirs(const char *path, mode_t mode, struct ca_err *err) WARN_UNUSED_RESULT;
 /* rm -rf without following symlinks (a symlink is removed, not its target);

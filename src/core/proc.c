@@ -481,6 +481,35 @@ static int read_report(int fd, struct child_failure *f)
     return got == sizeof(*f);
 }
 
+/* Fork and exec per plan (signals blocked around the fork, so the child
+ * starts with none pending); waits for the exec report on rep_r after
+ * closing our copy of its write end. 0 with *pid_out, or an error (the
+ * child, if any, reaped). */
+static int fork_exec(const struct proc_opts *o, const struct child_plan *plan, int *rep_w,
+                     int rep_r, pid_t *pid_out, struct ca_err *err)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0)
+        child_run(plan);
+    int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0)
+        return err_setf(err, -fork_errno, "cannot run '%s': fork failed: %s", o->argv[0],
+                        strerror(fork_errno));
+    close_fd(rep_w);
+    struct child_failure f;
+    if (read_report(rep_r, &f)) {
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        return report_failure(o, &f, err);
+    }
+    *pid_out = pid;
+    return 0;
+}
+
 int proc_run(const struct proc_opts *o, struct proc_result *r, struct ca_err *err)
 {
     if (!o->argv || !o->argv[0])
@@ -547,33 +576,15 @@ int proc_run(const struct proc_opts *o, struct proc_result *r, struct ca_err *er
         .fallback_max_fd = fallback_max_fd(),
     };
 
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
     int64_t t0 = ca_now_us();
-    pid_t pid = fork();
-    if (pid == 0)
-        child_run(&plan);
-    int fork_errno = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (pid < 0) {
-        rc = err_setf(err, -fork_errno, "cannot run '%s': fork failed: %s", o->argv[0],
-                      strerror(fork_errno));
+    pid_t pid;
+    rc = fork_exec(o, &plan, &rep[1], rep[0], &pid, err);
+    if (rc)
         goto out;
-    }
-
     close_fd(&in[0]);
     close_fd(&devnull);
     close_fd(&out[1]);
     close_fd(&errp[1]);
-    close_fd(&rep[1]);
-    struct child_failure f;
-    if (read_report(rep[0], &f)) {
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-        rc = report_failure(o, &f, err);
-        goto out;
-    }
 
     /* Running: from here on the child is always reaped before we return. */
     r->pid = pid;
@@ -670,29 +681,10 @@ int proc_spawn(const struct proc_opts *o, int stderr_fd, struct proc_child *c, s
         .nkeep_fds = o->nkeep_fds,
         .fallback_max_fd = fallback_max_fd(),
     };
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = fork();
-    if (pid == 0)
-        child_run(&plan);
-    int fork_errno = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (pid < 0) {
-        rc = err_setf(err, -fork_errno, "cannot run '%s': fork failed: %s", o->argv[0],
-                      strerror(fork_errno));
+    pid_t pid;
+    rc = fork_exec(o, &plan, &rep[1], rep[0], &pid, err);
+    if (rc)
         goto out;
-    }
-    close_fd(&in[0]);
-    close_fd(&out[1]);
-    close_fd(&rep[1]);
-    struct child_failure f;
-    if (read_report(rep[0], &f)) {
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-        rc = report_failure(o, &f, err);
-        goto out;
-    }
     *c = (struct proc_child){.pid = pid, .in_fd = in[1], .out_fd = out[0]};
     in[1] = out[0] = -1;
 out:

@@ -479,33 +479,13 @@ static int serve(struct episode *ep, int lfd, int64_t idle_ms)
     return 0;
 }
 
-static int sock_addr(const char *dir, struct sockaddr_un *sa, struct ca_err *err)
-{
-    memset(sa, 0, sizeof(*sa));
-    sa->sun_family = AF_UNIX;
-    int n = snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/sock", dir);
-    if (n < 0 || (size_t)n >= sizeof(sa->sun_path))
-        return err_setf(err, CA_ETOOBIG,
-                        "%s/sock is longer than a unix socket path may be (%zu bytes); set "
-                        "CUDA_AGENT_STATE_DIR to a shorter directory",
-                        dir, sizeof(sa->sun_path) - 1);
-    return 0;
-}
-
 static int connect_sock(const char *dir, struct ca_err *err)
 {
-    struct sockaddr_un sa;
-    int rc = sock_addr(dir, &sa, err);
-    if (rc)
-        return rc;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    char *path = xstrfmt("%s/sock", dir);
+    int fd = msg_connect(path, err);
     if (fd < 0)
-        return err_setf(err, -errno, "socket: %s", strerror(errno));
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        int e = errno;
-        close(fd);
-        return err_setf(err, -e, "episode supervisor at %s: %s", sa.sun_path, strerror(e));
-    }
+        err_setf(err, fd, "episode supervisor at %s: %s", path, strerror(-fd));
+    free(path);
     return fd;
 }
 
@@ -515,16 +495,10 @@ static CA_NORETURN void supervise(const struct episode_opts *o, const char *dir,
     struct ca_err err = {0};
     struct episode *ep = NULL;
     int lfd = -1;
-    struct sockaddr_un sa;
-    int rc = sock_addr(dir, &sa, &err);
-    if (rc == 0)
-        rc = episode_open(o, &ep, &err);
-    if (rc == 0) {
-        unlink(sa.sun_path);
-        lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(lfd, 16) != 0)
-            rc = err_setf(&err, -errno, "cannot listen on %s: %s", sa.sun_path, strerror(errno));
-    }
+    char *sock = xstrfmt("%s/sock", dir);
+    int rc = episode_open(o, &ep, &err);
+    if (rc == 0 && (lfd = msg_listen(sock, 16, &err)) < 0)
+        rc = lfd;
     /* One line: the reader stops at the newline, since processes forked while
      * opening the episode may hold copies of ready_fd open. */
     char line[CA_ERR_MSG_MAX + 2];
@@ -534,8 +508,9 @@ static CA_NORETURN void supervise(const struct episode_opts *o, const char *dir,
     close(ready_fd);
     if (rc == 0) {
         serve(ep, lfd, o->idle_timeout_ms > 0 ? o->idle_timeout_ms : EPISODE_IDLE_DEFAULT_MS);
-        unlink(sa.sun_path);
+        unlink(sock);
     }
+    free(sock);
     episode_close(ep);
     _exit(rc ? 1 : 0);
 }

@@ -18,6 +18,10 @@
  * - The precompiled header is an accelerator only: keys do not depend on it
  *   (it holds exactly the headers binding_registry.h includes first), and a
  *   binding that fails for a PCH-specific reason is retried without it.
+ * - So is the light torch/extension.h of cu-torch units (light/ in the build
+ *   directory, searched first): a load_inline source that includes
+ *   torch/extension.h gets the part of torch the policy lets it use, and a
+ *   unit that fails for want of a name is retried with the real header.
  * - Every path a compiler prints is mapped back to workspace-relative names
  *   before anyone reads it: units are compiled as "kernels/NAME" with the
  *   build directory as the working directory.
@@ -72,10 +76,25 @@ static const char pch_header[] =
     "#include <pybind11/pybind11.h>\n"
     "#include <vector>\n";
 
+/*
+ * What a load_inline source that includes torch/extension.h gets first (KernelBench mode). The
+ * real header adds torch's C++ frontend (nn, optim, data, jit, ...) and the Python bindings, which
+ * the policy refuses in such a source anyway, and which make nvcc, parsing them in three front
+ * ends, several times slower.
+ */
+#define LIGHT_DIR "light"
+static const char light_header[] =
+    "/* cuda-agent: the tensor API of torch/extension.h for load_inline sources. */\n"
+    "#pragma once\n"
+    "#include <torch/types.h>\n"
+    "#include <ATen/cuda/CUDAContext.h>\n"
+    "#include <c10/cuda/CUDAGuard.h>\n";
+
 /* Paths of the build directory bound read-only for compilers. */
-static const char *const ro_compile[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER, "pch", NULL};
-static const char *const ro_link[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER,
-                                      "pch",     "link",        NULL};
+static const char *const ro_compile[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER,
+                                         "pch",     LIGHT_DIR,     NULL};
+static const char *const ro_link[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER, "pch", LIGHT_DIR,
+                                      "link",    NULL};
 
 void compile_opts_init(struct compile_opts *o)
 {
@@ -91,6 +110,8 @@ const char *compile_role_name(enum compile_role role)
         return "binding";
     case COMPILE_ROLE_REGISTRY:
         return "registry";
+    case COMPILE_ROLE_CU_TORCH:
+        return "cu-torch";
     }
     return "unknown";
 }
@@ -138,7 +159,7 @@ struct ctx {
     bool sandbox;
     struct compile__argv env; /* NAME=VALUE */
     /* Host directories compilers need (sandbox binds), per kind of run. */
-    struct compile__argv binds_cu, binds_cxx, binds_link;
+    struct compile__argv binds_cu, binds_cxx, binds_link, binds_cu_torch;
 };
 
 static void run_init(struct run *r)
@@ -286,8 +307,9 @@ struct unit {
 struct job {
     struct unit *u;
     struct compile_unit_report *rep;
-    struct compile__argv argv;       /* with the precompiled header, when used */
+    struct compile__argv argv;       /* with the precompiled header or light header, when used */
     struct compile__argv argv_plain; /* without it (retry); empty when not used */
+    bool light;                      /* argv has the light torch/extension.h (cu-torch) */
     char obj[40];                    /* obj/<n>.o in the build directory */
     const struct compile__argv *binds;
     /* Written by the worker. */
@@ -320,12 +342,32 @@ static bool pch_failure(const struct buf *out)
            strstr(out->data, "precompiled header") || strstr(out->data, "pch/pch.h: No such file");
 }
 
+/*
+ * A failure the light torch/extension.h may have caused: a name or header the real one would
+ * have brought (EDG's and gcc's words). A unit broken for any other reason fails the same way
+ * twice; that costs its author time, never a wrong verdict.
+ */
+static bool light_failure(const struct buf *out)
+{
+    static const char *const words[] = {
+        "is undefined",    "has no member",         "was not declared", "is not a member of",
+        "incomplete type", "no instance of",        "no matching",      "cannot open source file",
+        "No such file",    "not a class, namespace"};
+    for (size_t i = 0; i < ARRAY_SIZE(words); i++)
+        if (strstr(out->data, words[i]))
+            return true;
+    return false;
+}
+
 static void job_run(const struct ctx *c, struct job *j)
 {
     run_tool(c, c->build_dir, &j->argv, ro_compile, j->binds, &j->run);
-    j->used_pch = j->argv_plain.n > 0;
-    if (!j->run.ok && j->used_pch && !j->run.timed_out && pch_failure(&j->run.out)) {
-        LOG_INFO("compile: %s failed with the precompiled header; retrying without it", j->u->name);
+    bool accel = j->argv_plain.n > 0;
+    j->used_pch = accel && !j->light;
+    if (!j->run.ok && accel && !j->run.timed_out &&
+        (j->light ? light_failure(&j->run.out) : pch_failure(&j->run.out))) {
+        LOG_INFO("compile: %s failed with the %s; retrying without it", j->u->name,
+                 j->light ? "light torch/extension.h" : "precompiled header");
         j->retried = true;
         j->used_pch = false;
         int64_t first = j->run.elapsed_us;
@@ -435,7 +477,7 @@ struct build {
     size_t njobs;
     struct pool pool;
     bool pool_started;
-    struct compile__argv cu_flags, cxx_flags;
+    struct compile__argv cu_flags, cxx_flags, cu_torch_flags;
     char *cu_identity; /* nvcc and the host compiler it uses */
     char pch_key[HASH128_HEX_LEN + 1];
     bool pch_ready;
@@ -521,7 +563,9 @@ static int load_snapshot(struct build *b, const char *snapshot_dir, struct ca_er
     for (size_t i = 0; i < nnames && !rc; i++) {
         struct unit *u =
             add_unit(b, xstrfmt("kernels/%s", names[i]),
-                     ends_with(names[i], ".cu") ? COMPILE_ROLE_CU : COMPILE_ROLE_BINDING);
+                     !ends_with(names[i], ".cu")
+                         ? COMPILE_ROLE_BINDING
+                         : (b->opts->inline_cuda ? COMPILE_ROLE_CU_TORCH : COMPILE_ROLE_CU));
         rc = fs_root_read(&root, u->name, CA_LIMIT_WRITE_BYTES, &u->src, err);
         if (rc) {
             err_prefix(err, "snapshot");
@@ -641,8 +685,12 @@ static int prepare_build_dir(struct build *b, struct ca_err *err)
         return rc;
     b->ctx.build_dir = b->build_dir.data;
     b->dir_slash = xstrfmt("%s/", b->build_dir.data);
-    static const char *const subdirs[] = {"kernels", "obj", "pch", "link", "out", NULL};
+    static const char *const subdirs[] = {
+        "kernels", "obj", "pch", "link", "out", LIGHT_DIR, (LIGHT_DIR "/torch"), NULL};
     rc = make_dirs(b->build_dir.data, subdirs, err);
+    if (!rc)
+        rc = write_file(b->build_dir.data, LIGHT_DIR "/torch/extension.h", light_header,
+                        sizeof(light_header) - 1, err);
     for (size_t i = 0; !rc && i < b->n; i++)
         rc = write_file(b->build_dir.data, b->units[i].name, b->units[i].src.data,
                         b->units[i].src.len, err);
@@ -683,6 +731,58 @@ static const char *torch_cxx_std(const struct compile__toolchain *tc)
             return cxx20 ? "-std=c++20" : "-std=c++17";
     }
     return "-std=c++17";
+}
+
+/*
+ * nvcc for a load_inline cuda source (KernelBench mode): the flags torch's extension builder
+ * gives such a file (its C++ standard, ABI and pybind11 ABI, extension defines, the __CUDA_NO_HALF*
+ * defines that keep torch's own half operators unambiguous, and the torch and Python include
+ * directories), with this build's optimisation and architecture. No precompiled header: nvcc parses
+ * the headers in its own front end, so a gcc .gch cannot serve it.
+ */
+static void make_cu_torch_flags(struct build *b, const char *num)
+{
+    const struct compile__toolchain *tc = b->tc;
+    struct compile__argv *f = &b->cu_torch_flags;
+    compile__argv_push(f, tc->nvcc);
+    compile__argv_push(f, "-ccbin");
+    compile__argv_push(f, tc->cxx);
+    compile__argv_push(f, torch_cxx_std(tc));
+    static const char *const common[] = {
+        "-c",
+        "-O3",
+        "-Xcompiler",
+        "-fPIC",
+        "--expt-relaxed-constexpr",
+        "-lineinfo",
+        ("-DTORCH_EXTENSION_NAME=" COMPILE_MODULE_NAME),
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+        "-D__CUDA_NO_HALF_OPERATORS__",
+        "-D__CUDA_NO_HALF_CONVERSIONS__",
+        "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+        "-D__CUDA_NO_HALF2_OPERATORS__",
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(common); i++)
+        compile__argv_push(f, common[i]);
+    compile__argv_pushf(f, "-D_GLIBCXX_USE_CXX11_ABI=%d", tc->cxx11_abi);
+    /* pybind11's inline functions must match the bindings' copies (one of them is linked). */
+    compile__argv_pushv(f, &tc->pybind11_defines);
+    compile__argv_push(f, "-gencode");
+    compile__argv_pushf(f, "arch=compute_%s,code=[sm_%s,compute_%s]", num, num, num);
+    for (size_t i = 0; i < tc->torch_includes.n; i++) {
+        compile__argv_push(f, "-isystem");
+        compile__argv_push(f, tc->torch_includes.v[i]);
+        push_bind(&b->ctx.binds_cu_torch, tc->torch_includes.v[i]);
+    }
+    compile__argv_push(f, "-isystem");
+    compile__argv_push(f, tc->python_include);
+    if (tc->cudnn_include) {
+        compile__argv_push(f, "-isystem");
+        compile__argv_push(f, tc->cudnn_include);
+    }
+    push_bind(&b->ctx.binds_cu_torch, tc->cuda_home);
+    push_bind(&b->ctx.binds_cu_torch, tc->python_include);
+    push_bind(&b->ctx.binds_cu_torch, tc->cudnn_include);
 }
 
 static void make_flags(struct build *b, const char *arch)
@@ -742,23 +842,27 @@ static void make_flags(struct build *b, const char *arch)
     push_bind(&b->ctx.binds_cxx, tc->cudnn_include);
     compile__pch_key(tc->cxx, tc->cxx_version, tc->torch_identity,
                      (const char *const *)b->cxx_flags.v, SV_LIT(pch_header), b->pch_key);
+    if (b->opts->inline_cuda)
+        make_cu_torch_flags(b, num);
 }
 
 static void unit_key(struct build *b, struct unit *u)
 {
     const struct compile__toolchain *tc = b->tc;
     const struct embedded_file *h = embed_find(TEMPLATE_REGISTRY);
-    bool cu = u->role == COMPILE_ROLE_CU;
+    bool cu = u->role == COMPILE_ROLE_CU, cu_torch = u->role == COMPILE_ROLE_CU_TORCH;
     struct compile__unit_key_in in = {
         .role = u->role,
         .name = u->name,
         .source = sv_from(u->src.data, u->src.len),
         .deps = sv_from(u->deps.data, u->deps.len),
-        .compiler = cu ? tc->nvcc : tc->cxx,
-        .compiler_version = cu ? b->cu_identity : tc->cxx_version,
-        .argv = (const char *const *)(cu ? b->cu_flags.v : b->cxx_flags.v),
+        .compiler = cu || cu_torch ? tc->nvcc : tc->cxx,
+        .compiler_version = cu || cu_torch ? b->cu_identity : tc->cxx_version,
+        .argv = (const char *const *)(cu         ? b->cu_flags.v
+                                      : cu_torch ? b->cu_torch_flags.v
+                                                 : b->cxx_flags.v),
         .headers = cu ? "" : tc->torch_identity,
-        .template_header = cu ? SV_LIT("") : sv_from(h->data, h->len),
+        .template_header = cu || cu_torch ? SV_LIT("") : sv_from(h->data, h->len),
     };
     compile__unit_key(&in, u->key);
     struct buf p;
@@ -783,10 +887,21 @@ static void submit(struct build *b, struct unit *u, struct compile_unit_report *
     run_init(&j->run);
     compile__argv_init(&j->argv);
     compile__argv_init(&j->argv_plain);
-    bool cu = u->role == COMPILE_ROLE_CU;
-    compile__argv_pushv(&j->argv, cu ? &b->cu_flags : &b->cxx_flags);
-    j->binds = cu ? &b->ctx.binds_cu : &b->ctx.binds_cxx;
-    if (!cu && b->pch_ready) {
+    bool cu = u->role == COMPILE_ROLE_CU, cu_torch = u->role == COMPILE_ROLE_CU_TORCH;
+    compile__argv_pushv(&j->argv, cu         ? &b->cu_flags
+                                  : cu_torch ? &b->cu_torch_flags
+                                             : &b->cxx_flags);
+    j->binds = cu ? &b->ctx.binds_cu : cu_torch ? &b->ctx.binds_cu_torch : &b->ctx.binds_cxx;
+    /* The light header only matters to a source that includes torch/extension.h. */
+    j->light = cu_torch && memmem(u->src.data, u->src.len, "torch/extension.h", 17);
+    if (j->light) {
+        compile__argv_pushv(&j->argv_plain, &j->argv);
+        compile__argv_push(&j->argv_plain, "-o");
+        compile__argv_push(&j->argv_plain, j->obj);
+        compile__argv_push(&j->argv_plain, u->name);
+        compile__argv_push(&j->argv, "-I");
+        compile__argv_push(&j->argv, LIGHT_DIR);
+    } else if (!cu && !cu_torch && b->pch_ready) {
         compile__argv_pushv(&j->argv_plain, &j->argv);
         compile__argv_push(&j->argv_plain, "-o");
         compile__argv_push(&j->argv_plain, j->obj);
@@ -973,10 +1088,15 @@ out:
     return rc;
 }
 
+static const char *unit_tool(const struct unit *u)
+{
+    return u->role == COMPILE_ROLE_CU || u->role == COMPILE_ROLE_CU_TORCH ? "nvcc" : "c++";
+}
+
 /* Header line for a unit whose compiler failed without saying why, or was stopped. */
 static int failure_line(struct buf *out, const struct job *j)
 {
-    const char *tool = j->u->role == COMPILE_ROLE_CU ? "nvcc" : "c++";
+    const char *tool = unit_tool(j->u);
     if (j->run.timed_out)
         return buf_addf(out,
                         "%s: %s %s: the compile was stopped (simplify the templates or "
@@ -998,7 +1118,9 @@ static void unit_logs(struct build *b, struct job *j, size_t *budget, size_t *om
     buf_init(&trimmed, 2 * RUN_OUTPUT_MAX + 4096);
     (void)!compile__log_normalize(sv_from(j->run.out.data, j->run.out.len), strip, &norm);
     char *title = xstrfmt("%s (%s%s)", ur->name, j->run.how,
-                          j->retried ? ", retried without the precompiled header" : "");
+                          !j->retried ? ""
+                          : j->light  ? ", retried with the full torch/extension.h"
+                                      : ", retried without the precompiled header");
     log_add(b->rep, title, &j->run.out, strip);
     free(title);
 
@@ -1008,7 +1130,7 @@ static void unit_logs(struct build *b, struct job *j, size_t *budget, size_t *om
     (void)!compile__log_trim(sv_from(norm.data, norm.len), &trimmed, &tr);
     if (!j->run.ok && trimmed.len == 0)
         (void)!buf_addf(&trimmed, "%s: %s failed (%s) without a message\n", ur->name,
-                        j->u->role == COMPILE_ROLE_CU ? "nvcc" : "c++", j->run.how);
+                        unit_tool(j->u), j->run.how);
     size_t unit_budget = COMPILE_ERROR_LINES, unit_omitted = 0;
     (void)!compile__append_lines(&ur->log, sv_from(trimmed.data, trimmed.len), &unit_budget,
                                  &unit_omitted);
@@ -1250,6 +1372,8 @@ static void build_release(struct build *b)
     compile__argv_release(&b->ctx.binds_cu);
     compile__argv_release(&b->ctx.binds_cxx);
     compile__argv_release(&b->ctx.binds_link);
+    compile__argv_release(&b->ctx.binds_cu_torch);
+    compile__argv_release(&b->cu_torch_flags);
     compile__argv_release(&b->cu_flags);
     compile__argv_release(&b->cxx_flags);
     free(b->cu_identity);
@@ -1311,6 +1435,8 @@ static int start(struct build *b, struct ca_err *err)
     compile__argv_init(&b->ctx.binds_cu);
     compile__argv_init(&b->ctx.binds_cxx);
     compile__argv_init(&b->ctx.binds_link);
+    compile__argv_init(&b->ctx.binds_cu_torch);
+    compile__argv_init(&b->cu_torch_flags);
     compile__argv_init(&b->cu_flags);
     compile__argv_init(&b->cxx_flags);
     make_env(b);
@@ -1377,7 +1503,11 @@ int compile_build(const struct compile_opts *opts, const char *snapshot_dir, con
             unit_key(&b, u);
             memcpy(report->units[i].key, u->key, sizeof(u->key));
             report->units[i].ok = report->units[i].cached = u->hit;
-            need = need || !u->hit;
+            /* nvcc with the torch headers is the longest job: it starts before the PCH. */
+            if (u->role == COMPILE_ROLE_CU_TORCH && !u->hit)
+                submit(&b, u, &report->units[i]);
+            else
+                need = need || !u->hit;
         }
         if (need && b.opts->use_pch && b.tc->cxx_is_gcc) {
             rc = ensure_pch(&b, err);
@@ -1385,7 +1515,8 @@ int compile_build(const struct compile_opts *opts, const char *snapshot_dir, con
                 goto out;
         }
         for (size_t i = 0; i < b.n; i++)
-            if (b.units[i].role != COMPILE_ROLE_CU && !b.units[i].hit)
+            if (b.units[i].role != COMPILE_ROLE_CU && b.units[i].role != COMPILE_ROLE_CU_TORCH &&
+                !b.units[i].hit)
                 submit(&b, &b.units[i], &report->units[i]);
     }
     if (b.pool_started)

@@ -53,6 +53,9 @@ struct compile_opts {
     int64_t timeout_ms;       /* per compiler run; <= 0: COMPILE_DEFAULT_TIMEOUT_MS */
     bool use_sandbox;         /* each compiler in its own sandbox (sandbox.h) */
     bool use_pch;             /* precompiled torch/pybind11 headers for the bindings */
+    bool inline_cuda;         /* KernelBench mode: every kernels/NAME.cu is the cuda_sources of
+                                 a load_inline call, built by nvcc with the torch headers
+                                 (COMPILE_ROLE_CU_TORCH) as load_inline would build it */
     const char *python;       /* NULL: $CUDA_AGENT_PYTHON, else python3 from PATH */
     uint64_t cache_max_bytes; /* pruned to this after a build that stored something;
                                  0: COMPILE_DEFAULT_CACHE_MAX; UINT64_MAX: never */
@@ -65,8 +68,9 @@ enum compile_role {
     COMPILE_ROLE_CU,       /* kernels/NAME.cu: nvcc, no torch */
     COMPILE_ROLE_BINDING,  /* kernels/NAME_binding.cpp: c++ with torch headers */
     COMPILE_ROLE_REGISTRY, /* binding.cpp of the template: c++ with torch headers */
+    COMPILE_ROLE_CU_TORCH, /* kernels/NAME.cu with opts.inline_cuda: nvcc with torch headers */
 };
-/* "cu", "binding", "registry" */
+/* "cu", "binding", "registry", "cu-torch" */
 const char *compile_role_name(enum compile_role role);
 
 struct compile_unit_report {

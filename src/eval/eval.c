@@ -22,6 +22,7 @@
 #include "core/proc.h"
 #include "eval/compile.h"
 #include "eval/gpupool.h"
+#include "eval/eval_internal.h"
 #include "eval/policy.h"
 #include "eval/reward.h"
 #include "task/task.h"
@@ -123,8 +124,56 @@ static int take_task(const struct eval_opts *o, const char *snap, json_t *report
     return rc;
 }
 
-static bool run_policy(const char *snap, const json_t *files, json_t *report, struct ca_err *err,
-                       int *rc_out)
+/*
+ * KernelBench mode: the file's load_inline sources, extracted into a staging directory, then
+ * snapshotted from there like a workspace's files (same names, limits and checks). A file that
+ * cannot be extracted sets *rejected and the report's message; that is the candidate's result.
+ */
+static int take_kernelbench(const struct eval_opts *o, const char *cache, const char *snap,
+                            json_t *report, json_t **files, bool *rejected, struct ca_err *err)
+{
+    struct buf base, dir;
+    buf_init(&base, CA_LIMIT_PATH);
+    buf_init(&dir, CA_LIMIT_PATH);
+    json_t *summary = NULL, *problem = NULL;
+    const char *file = o->kernelbench_file;
+    int rc = buf_addf(&base, "%s/runs/kernelbench", cache)
+                 ? err_setf(err, CA_ETOOBIG, "cache path too long")
+                 : fs_mkdtemp_beside(base.data, &dir, err);
+    if (rc == 0)
+        rc = eval__kernelbench_extract(file, dir.data, &summary, &problem, err);
+    if (rc == 0 && problem) {
+        *rejected = true;
+        json_int_t line = json_integer_value(json_object_get(problem, "line"));
+        const char *msg = json_string_value(json_object_get(problem, "message"));
+        json_object_set_new(report, "kernelbench",
+                            json_pack("{s:s, s:O}", "file", file, "error", problem));
+        json_object_set_new(report, "message",
+                            line > 0 ? json_sprintf("%s:%lld: %s", file, (long long)line, msg)
+                                     : json_sprintf("%s: %s", file, msg));
+    } else if (rc == 0) {
+        rc = eval_snapshot(dir.data, snap, files, err);
+        json_t *modules = json_object_get(summary, "modules");
+        json_object_set_new(report, "kernelbench",
+                            json_pack("{s:s, s:O, s:O, s:O}", "file", file, "name",
+                                      json_object_get(json_array_get(modules, 0), "name"),
+                                      "functions", json_object_get(summary, "functions"), "modules",
+                                      modules));
+    }
+    json_decref(summary);
+    json_decref(problem);
+    if (dir.len) {
+        struct ca_err ignored;
+        if (fs_remove_tree(dir.data, &ignored))
+            LOG_WARN("could not remove %s: %s", dir.data, ignored.msg);
+    }
+    buf_release(&base);
+    buf_release(&dir);
+    return rc;
+}
+
+static bool run_policy(const char *snap, const json_t *files, bool inline_cuda, json_t *report,
+                       struct ca_err *err, int *rc_out)
 {
     struct policy_report pr;
     policy_report_init(&pr);
@@ -146,8 +195,12 @@ static bool run_policy(const char *snap, const json_t *files, json_t *report, st
             have_model_new = true;
             rc = policy_check_model_new(path.data, &pr, err);
         } else {
+            size_t n = strlen(rel);
+            bool cu = n > 3 && strcmp(rel + n - 3, ".cu") == 0;
             rc = fs_read_file(path.data, CA_LIMIT_TASK_BYTES, &code, err);
-            if (rc == 0)
+            if (rc == 0 && cu && inline_cuda)
+                rc = policy_check_inline_cuda(rel, code.data, code.len, &pr, err);
+            else if (rc == 0)
                 rc = policy_check_source(rel, code.data, code.len, &pr, err);
         }
         if (rc)
@@ -352,6 +405,8 @@ static int finish(json_t *report, const char *stage, bool compiled, bool correct
         r.reason = "the static policy refused the code";
     else if (strcmp(stage, "snapshot") == 0)
         r.reason = "the workspace could not be evaluated";
+    else if (strcmp(stage, "extract") == 0)
+        r.reason = "the KernelBench file's load_inline sources could not be read";
     json_object_set_new(report, "reward", reward_to_json(&r));
     json_object_set_new(report, "ok", json_boolean(correct));
     return 0;
@@ -360,7 +415,14 @@ static int finish(json_t *report, const char *stage, bool compiled, bool correct
 int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
 {
     int64_t t0 = ca_now_us(), ts;
-    json_t *report = json_pack("{s:s, s:o}", "workspace", o->workspace, "stage_ms", json_object());
+    bool kb = o->kernelbench_file != NULL;
+    if (kb ? !o->task_ref || o->workspace : !o->workspace)
+        return err_setf(err, CA_EUSAGE,
+                        kb ? "--kernelbench-file needs --task and no workspace"
+                           : "no workspace to evaluate");
+    json_t *report = json_pack("{s:o}", "stage_ms", json_object());
+    if (o->workspace)
+        json_object_set_new(report, "workspace", json_string(o->workspace));
     struct buf cache, snap, so;
     buf_init(&cache, CA_LIMIT_PATH);
     buf_init(&snap, CA_LIMIT_PATH);
@@ -390,14 +452,26 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
         goto out;
 
     ts = ca_now_us();
-    rc = eval_snapshot(o->workspace, snap.data, &files, err);
-    if (rc == 0)
+    bool rejected = false;
+    if (kb) {
         rc = take_task(o, snap.data, report, err);
-    stage_time(report, "snapshot", ts);
+        if (rc == 0)
+            rc = take_kernelbench(o, cache.data, snap.data, report, &files, &rejected, err);
+        stage_time(report, "extract", ts);
+        if (rc == 0 && rejected) {
+            rc = finish(report, "extract", false, false, err);
+            goto out;
+        }
+    } else {
+        rc = eval_snapshot(o->workspace, snap.data, &files, err);
+        if (rc == 0)
+            rc = take_task(o, snap.data, report, err);
+        stage_time(report, "snapshot", ts);
+    }
     if (rc) {
         if (rc == CA_EPARSE || rc == CA_ETOOBIG || rc == CA_EESCAPE) {
             json_object_set_new(report, "message", json_string(err->msg));
-            rc = finish(report, "snapshot", false, false, err);
+            rc = finish(report, kb ? "extract" : "snapshot", false, false, err);
         }
         goto out;
     }
@@ -407,7 +481,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
 
     ts = ca_now_us();
     int prc = 0;
-    bool policy_ok = run_policy(snap.data, files, report, err, &prc);
+    bool policy_ok = run_policy(snap.data, files, kb, report, err, &prc);
     stage_time(report, "policy", ts);
     if ((rc = prc) != 0)
         goto out;
@@ -421,6 +495,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     struct buf ccache;
     buf_init(&ccache, CA_LIMIT_PATH);
     compile_opts_for(o, cache.data, &co, &ccache);
+    co.inline_cuda = kb;
     rc = fs_join(&so, snap.data, COMPILE_MODULE_NAME ".so") ? CA_ETOOBIG : 0;
     if (rc == 0)
         rc = compile_build(&co, snap.data, so.data, &cr, err);
@@ -485,7 +560,10 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
         json_object_set_new(report, "ok", json_boolean(correct));
         goto out;
     }
-    rc = finish(report, correct ? "done" : "verify", true, correct, err);
+    /* A failure while timing (the check after the timing runs) is named as such. */
+    const char *hstage = json_string_value(json_object_get(h, "stage"));
+    bool in_timing = !correct && hstage && strcmp(hstage, "timing") == 0;
+    rc = finish(report, correct ? "done" : in_timing ? "timing" : "verify", true, correct, err);
 out:
     json_decref(files);
     compile_report_release(&cr);
@@ -519,6 +597,15 @@ int eval_format(const json_t *r, struct buf *b)
     json_t *reward = json_object_get(r, "reward");
     json_t *h = json_object_get(r, "harness");
     e |= buf_addf(b, "task: %s\n", str(json_object_get(r, "task"), "id"));
+    json_t *kb = json_object_get(r, "kernelbench");
+    if (kb) {
+        e |= buf_addf(b, "kernelbench: %s", str(kb, "file"));
+        size_t i;
+        json_t *f;
+        json_array_foreach(json_object_get(kb, "functions"), i, f) e |=
+            buf_addf(b, "%s%s", i ? ", " : " (functions: ", json_string_value(f));
+        e |= buf_addstr(b, json_array_size(json_object_get(kb, "functions")) ? ")\n" : "\n");
+    }
     if (json_object_get(r, "compile")) {
         json_t *c = json_object_get(r, "compile");
         e |= buf_addf(

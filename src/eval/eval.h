@@ -26,8 +26,13 @@
 struct gpupool;
 
 struct eval_opts {
-    const char *workspace; /* the episode workspace */
+    const char *workspace; /* the episode workspace; NULL with kernelbench_file */
     const char *task_ref;  /* optional: the task (else the workspace's model.py) */
+    /* KernelBench mode: instead of a workspace, one Python file whose ModelNew calls kernels
+     * built by torch.utils.cpp_extension.load_inline; task_ref is then required. The file is
+     * read statically into workspace-shaped sources (stage "extract") that the evaluator builds
+     * itself: the candidate never runs load_inline. */
+    const char *kernelbench_file;
     const char *device;    /* "cuda" (default) or "cpu" */
     const char *arch;      /* e.g. "sm_90"; NULL: from the GPU, else sm_90 */
     const char *timing;    /* "events" (default) or "kernel" */

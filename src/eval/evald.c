@@ -72,9 +72,17 @@ static int parse_request(const struct evald *d, const json_t *req, struct eval_o
     *eo = d->o->base;
     eo->pool = d->pool;
     eo->workspace = json_string_value(json_object_get(req, "workspace"));
-    if (!eo->workspace || eo->workspace[0] != '/')
-        return err_setf(err, CA_EUSAGE, "request needs \"workspace\": an absolute path");
+    eo->kernelbench_file = opt_str(req, "kernelbench_file", NULL, NULL, err, &rc);
     eo->task_ref = opt_str(req, "task", NULL, NULL, err, &rc);
+    if (eo->kernelbench_file) {
+        if (eo->workspace || eo->kernelbench_file[0] != '/' || !eo->task_ref ||
+            eo->task_ref[0] != '/')
+            return err_setf(err, CA_EUSAGE,
+                            "a KernelBench request has an absolute \"kernelbench_file\" and "
+                            "\"task\", and no \"workspace\"");
+    } else if (!eo->workspace || eo->workspace[0] != '/') {
+        return err_setf(err, CA_EUSAGE, "request needs \"workspace\": an absolute path");
+    }
     eo->keep_dir = opt_str(req, "keep_dir", NULL, NULL, err, &rc);
     const char *mode = opt_str(req, "mode", modes, "full", err, &rc);
     eo->timing = opt_str(req, "timing", timings, d->o->base.timing, err, &rc);
@@ -233,9 +241,15 @@ out:
 json_t *evald_request_for(const struct eval_opts *o)
 {
     char abs[PATH_MAX];
-    const char *ws = realpath(o->workspace, abs) ? abs : o->workspace;
     const char *mode = o->compile_only ? "compile" : o->verify_only ? "verify" : "full";
-    json_t *req = json_pack("{s:s, s:s, s:s}", "op", "eval", "workspace", ws, "mode", mode);
+    json_t *req = json_pack("{s:s, s:s}", "op", "eval", "mode", mode);
+    if (o->workspace)
+        json_object_set_new(req, "workspace",
+                            json_string(realpath(o->workspace, abs) ? abs : o->workspace));
+    if (o->kernelbench_file)
+        json_object_set_new(req, "kernelbench_file",
+                            json_string(realpath(o->kernelbench_file, abs) ? abs
+                                                                          : o->kernelbench_file));
     if (o->task_ref) {
         char t[PATH_MAX];
         json_object_set_new(req, "task", json_string(realpath(o->task_ref, t) ? t : o->task_ref));

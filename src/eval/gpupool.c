@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/buf.h"
+#include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/msg.h"
@@ -92,20 +93,6 @@ static int read_line(struct runner *r, int64_t deadline_us, struct buf *line, st
         if (buf_add(&r->line, tmp, (size_t)got))
             return err_setf(err, CA_ETOOBIG, "runner reply over %d bytes", REPLY_LINE_MAX);
     }
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
 }
 
 static void runner_stop(struct runner *r)
@@ -238,7 +225,7 @@ static int job_on(struct gpupool *p, struct runner *r, int64_t id, const char *c
     }
     size_t tl = strlen(text);
     text[tl] = '\n'; /* json_dumps' NUL becomes the line end */
-    rc = write_all(r->child.in_fd, text, tl + 1);
+    rc = fs_write_all(r->child.in_fd, text, tl + 1);
     free(text);
     if (rc) {
         rc = err_setf(err, CA_ECHILD, "the runner is gone: %s", strerror(-rc));

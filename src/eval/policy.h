@@ -89,6 +89,17 @@ int policy_check_source(const char *name, const char *code, size_t len, struct p
                         struct ca_err *err) WARN_UNUSED_RESULT;
 
 /*
+ * Check the cuda_sources of a KernelBench file's load_inline call, written out as a .cu file
+ * (`name` must end in .cu). Such a file holds both the kernels and the torch functions
+ * load_inline exposes, so it meets the kernel-file rules for device code, launches and inline
+ * assembly, and the binding rules for torch (the same allow-list of torch names, headers and
+ * tensor methods; <torch/types.h>, which load_inline includes first, is allowed too). Only the
+ * evaluator's KernelBench mode calls it: a workspace's .cu files stay plain CUDA.
+ */
+int policy_check_inline_cuda(const char *name, const char *code, size_t len,
+                             struct policy_report *rep, struct ca_err *err) WARN_UNUSED_RESULT;
+
+/*
  * Check model_new.py at `path` with the embedded harness/policy_model_new.py, run as
  * `python3 -I -S -B - PATH` (20 s timeout, output capped). Violations are reported under the
  * file's base name. A syntax error is a "syntax" violation, not an error. CA_EUNAVAIL when

@@ -592,7 +592,8 @@ struct checker {
     const struct lexer *lx;
     struct policy_report *rep;
     const char *file;
-    bool cu; /* dialect: kernel file, else binding */
+    bool cu;    /* compiled by nvcc: device code, launches, PTX in device bodies */
+    bool torch; /* torch allowed as in bindings (a binding, or a load_inline cuda source) */
     unsigned ctx;
     int depth;
     int device_depth; /* brace depth of the device function body we are in, or -1 */
@@ -1315,7 +1316,7 @@ static void check_member(struct checker *ck, size_t i, size_t end, bool in_defin
                   name);
         return;
     }
-    if (ck->cu)
+    if (!ck->torch)
         return;
     (void)end;
     (void)in_define;
@@ -1361,7 +1362,7 @@ static void torch_chain_violation(struct checker *ck, size_t i, const struct com
                   "torch::empty, torch::empty_like or torch::empty_strided and write every "
                   "element in your own kernel.",
                   name);
-    else if (ck->cu)
+    else if (!ck->torch)
         violation(ck, i, "torch-compute",
                   "`%s` is torch API in a kernel file: kernels/*.cu are plain CUDA. Keep tensor "
                   "handling in the *_binding.cpp and pass pointers and sizes to an extern \"C\" "
@@ -1382,8 +1383,8 @@ static bool check_torch_chain(struct checker *ck, size_t i, const struct comp *c
     if (n < 2)
         return false;
     bool ok;
-    if (ck->cu && (comp_is(c[0], "torch") || comp_is(c[0], "at") || comp_is(c[0], "c10") ||
-                   comp_is(c[0], "caffe2"))) {
+    if (!ck->torch && (comp_is(c[0], "torch") || comp_is(c[0], "at") || comp_is(c[0], "c10") ||
+                       comp_is(c[0], "caffe2"))) {
         ok = false; /* no torch in kernel files at all */
     } else if (comp_is(c[0], "torch") || comp_is(c[0], "at")) {
         ok = (c[1].len >= 2 && c[1].p[0] == 'k' && c[1].p[1] >= 'A' && c[1].p[1] <= 'Z') ||
@@ -1462,7 +1463,7 @@ static size_t check_chain(struct checker *ck, size_t i, size_t end, bool qualifi
         }
     }
     /* 3. member-like names reached through a type (Foo<T>::sum, decltype(x)::clone) */
-    if (qualified_before && !ck->cu && tensor_method_denied(comps[0].p)) {
+    if (qualified_before && ck->torch && tensor_method_denied(comps[0].p)) {
         report_tensor_method(ck, idx[0], comps[0].p);
         return next;
     }
@@ -1503,7 +1504,7 @@ static size_t check_chain(struct checker *ck, size_t i, size_t end, bool qualifi
             hit(ck, i, comps[0], &hit_thread_cxx);
             return next;
         }
-        if (!ck->cu && is_punct(ck, next, end, "(") &&
+        if (ck->torch && is_punct(ck, next, end, "(") &&
             comp_in(comps[0], aten_adl, ARRAY_SIZE(aten_adl))) {
             violation(ck, i, "torch-compute",
                       "`%s(...)` on tensors resolves to ATen's %s (argument-dependent lookup): "
@@ -1906,7 +1907,10 @@ static bool header_allowed(const struct checker *ck, const char *h)
         return true; /* sm_*_intrinsics.h, sm_*_atomic_functions.h */
     if (starts(h, "cudnn_") && ends(h, ".h"))
         return true; /* cuDNN 8/9's split headers */
-    return !ck->cu && in_set(h, binding_headers, ARRAY_SIZE(binding_headers));
+    /* load_inline puts <torch/types.h> before a cuda source: a subset of torch/extension.h. */
+    if (ck->torch && ck->cu && !strcmp(h, "torch/types.h"))
+        return true;
+    return ck->torch && in_set(h, binding_headers, ARRAY_SIZE(binding_headers));
 }
 
 static bool header_path_safe(const char *h)
@@ -1979,8 +1983,8 @@ static void check_include(struct checker *ck, size_t name_tok, size_t hdr_tok)
                   "<%s> reaches the Python interpreter: bindings take and return tensors through "
                   "m.def and pybind11::arg only (binding_registry.h includes what they need)",
                   h);
-    } else if (ck->cu && (starts(h, "torch/") || starts(h, "ATen/") || starts(h, "c10/") ||
-                          starts(h, "pybind11/"))) {
+    } else if (!ck->torch && (starts(h, "torch/") || starts(h, "ATen/") || starts(h, "c10/") ||
+                              starts(h, "pybind11/"))) {
         violation(ck, at, "include",
                   "<%s> in a kernel file: kernels/*.cu are plain CUDA, built by nvcc without "
                   "torch. Keep tensor handling in the *_binding.cpp and pass pointers and sizes "
@@ -2029,14 +2033,14 @@ static void check_include(struct checker *ck, size_t name_tok, size_t hdr_tok)
                   "#include \"%s\": only kernels/*.cu and kernels/*_binding.cpp are taken from "
                   "your workspace, so a header of yours is not there when the evaluator builds. "
                   "Put shared code in the .cu or .cpp itself%s.",
-                  h, ck->cu ? "" : " (bindings include only \"binding_registry.h\")");
+                  h, !ck->torch ? "" : " (bindings include only \"binding_registry.h\")");
     } else {
-        violation(ck, at, "include",
-                  "<%s> is not on the list of headers kernels and bindings may include: CUDA "
-                  "runtime and math headers, cooperative_groups, cub, cuda/*, cuBLAS, cuDNN, C "
-                  "and C++ standard headers without threads, files or clocks%s",
-                  h,
-                  ck->cu ? "" : ", and in bindings \"binding_registry.h\" and torch/extension.h");
+        violation(
+            ck, at, "include",
+            "<%s> is not on the list of headers kernels and bindings may include: CUDA "
+            "runtime and math headers, cooperative_groups, cub, cuda/*, cuBLAS, cuDNN, C "
+            "and C++ standard headers without threads, files or clocks%s",
+            h, !ck->torch ? "" : ", and in bindings \"binding_registry.h\" and torch/extension.h");
     }
 }
 
@@ -2047,9 +2051,9 @@ static bool protected_macro_name(const struct checker *ck, const char *name)
     if (in_set(name, protected_names, ARRAY_SIZE(protected_names)))
         return true;
     /* torch exists only in bindings: there a macro could rename a tensor method */
-    return !ck->cu && (in_set(name, tensor_compute, ARRAY_SIZE(tensor_compute)) ||
-                       in_set(name, torch_allowed, ARRAY_SIZE(torch_allowed)) ||
-                       in_set(name, pybind_allowed, ARRAY_SIZE(pybind_allowed)));
+    return ck->torch && (in_set(name, tensor_compute, ARRAY_SIZE(tensor_compute)) ||
+                         in_set(name, torch_allowed, ARRAY_SIZE(torch_allowed)) ||
+                         in_set(name, pybind_allowed, ARRAY_SIZE(pybind_allowed)));
 }
 
 /* #define / #undef at the directive's name token; returns the index after the line's EOL. */
@@ -2181,13 +2185,15 @@ static void check_tokens(struct checker *ck)
 
 /* ---- entry point ---- */
 
-int policy_check_source(const char *name, const char *code, size_t len, struct policy_report *rep,
-                        struct ca_err *err)
+static int check_source(const char *name, const char *code, size_t len, bool inline_cuda,
+                        struct policy_report *rep, struct ca_err *err)
 {
     const char *base = policy__basename(name);
     size_t blen = strlen(base);
     bool cu = blen > 3 && strcmp(base + blen - 3, ".cu") == 0;
     bool bind = blen > 12 && strcmp(base + blen - 12, "_binding.cpp") == 0;
+    if (inline_cuda && !cu)
+        BUG("policy_check_inline_cuda() on %s, not a .cu file", name);
     if (!cu && !bind) {
         policy_report_addf(rep, name, 0, "file-type",
                            "`%s` is not an evaluated file type: the evaluator builds only "
@@ -2230,11 +2236,25 @@ int policy_check_source(const char *name, const char *code, size_t len, struct p
         .rep = rep,
         .file = name,
         .cu = cu,
-        .ctx = cu ? POLICY__SRC_CU : POLICY__SRC_BIND,
+        .torch = !cu || inline_cuda,
+        /* A load_inline source meets pybind11 the way bindings do. */
+        .ctx = cu && !inline_cuda ? POLICY__SRC_CU : POLICY__SRC_BIND,
         .device_depth = -1,
     };
     check_tokens(&ck);
     free(lx.arena);
     free(lx.toks);
     return 0;
+}
+
+int policy_check_source(const char *name, const char *code, size_t len, struct policy_report *rep,
+                        struct ca_err *err)
+{
+    return check_source(name, code, len, false, rep, err);
+}
+
+int policy_check_inline_cuda(const char *name, const char *code, size_t len,
+                             struct policy_report *rep, struct ca_err *err)
+{
+    return check_source(name, code, len, true, rep, err);
 }

@@ -313,20 +313,6 @@ static void finish_capture(struct capture *c)
     }
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static void make_nonce(char *out, size_t n)
 {
     unsigned char raw[8];
@@ -384,7 +370,7 @@ int shells_run(struct shells *sh, const char *cmd, int64_t timeout_ms, size_t ou
              ". " SANDBOX_CONTROL "/" CMD_FILE
              " </dev/null 2>&1; printf '\\n__CA_END_%s_%%d__\\n' $?\n",
              nonce);
-    rc = write_all(sh->fg_in, line, strlen(line));
+    rc = fs_write_all(sh->fg_in, line, strlen(line));
     if (rc) {
         stop_fg(sh);
         return err_setf(err, rc, "the shell stopped reading commands: %s", strerror(-rc));

@@ -1,5 +1,7 @@
-/* libFuzzer target: the C++/CUDA source policy on arbitrary bytes, in both dialects (the first
- * byte picks one), with the report's JSON and text forms built from whatever it found. */
+/* libFuzzer target: the C++/CUDA source policy on arbitrary bytes, in its three dialects (the
+ * first byte picks one: kernel file, binding, load_inline cuda source), with the report's JSON
+ * and text forms built from whatever it found. */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,10 +16,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size == 0)
         return 0;
     const char *name = data[0] & 1 ? "kernels/fuzz_binding.cpp" : "kernels/fuzz.cu";
+    bool inline_cuda = (data[0] & 3) == 2;
     struct policy_report rep;
     policy_report_init(&rep);
     struct ca_err err;
-    if (policy_check_source(name, (const char *)data + 1, size - 1, &rep, &err) == 0) {
+    const char *code = (const char *)data + 1;
+    int rc = inline_cuda ? policy_check_inline_cuda(name, code, size - 1, &rep, &err)
+                         : policy_check_source(name, code, size - 1, &rep, &err);
+    if (rc == 0) {
         for (size_t i = 0; i < rep.n; i++)
             if (!policy_rule_summary(rep.items[i].rule))
                 abort();

@@ -195,14 +195,14 @@ serve slow
 t0=$(date +%s)
 agent --out "$PWD/slow" --no-eval --request-timeout 1 --retries 0
 expect "request timeout" 1 "did not answer in time"
-assert "cut within 3 s" [ $(($(date +%s) - t0)) -le 3 ]
+assert "cut within 4 s" [ $(($(date +%s) - t0)) -le 4 ]
 
 echo '[{"hang": true}]' >hang.json
 serve hang
 t0=$(date +%s)
 agent --out "$PWD/hang" --no-eval --stall-timeout 1 --retries 0
 expect "stalled reply is cut" 1 "did not answer in time"
-assert "stall cut within 4 s" [ $(($(date +%s) - t0)) -le 4 ]
+assert "stall cut within 6 s" [ $(($(date +%s) - t0)) -le 6 ]
 
 echo '[{"endless": true}, {"endless": true}]' >endless.json
 serve endless
@@ -210,7 +210,7 @@ t0=$(date +%s)
 agent --out "$PWD/endless" --no-eval --request-timeout 3 --retries 0
 expect "a reply that never ends is cut" 1 "stop: model_error"
 assert "cut by size or time" grep -Eq 'over the limit of|did not answer in time' "$OUT"
-assert "endless cut within 5 s" [ $(($(date +%s) - t0)) -le 5 ]
+assert "endless cut within 7 s" [ $(($(date +%s) - t0)) -le 7 ]
 
 echo '[{"raw": "this is not json"}]' >garbage.json
 serve garbage
@@ -235,7 +235,7 @@ serve wall
 t0=$(date +%s)
 agent --out "$PWD/wall" --no-eval --wall-clock 2
 expect "wall-clock budget" 0 "stop: wall_clock after 1 turn(s)"
-assert "stopped within 4 s" [ $(($(date +%s) - t0)) -le 4 ]
+assert "stopped within 6 s" [ $(($(date +%s) - t0)) -le 6 ]
 
 # ---- the context budget: trimming, elision, overflow ----
 python3 - >ctx.json <<'EOF'
@@ -301,7 +301,7 @@ kill -TERM "$AGENT_PID"
 wait "$AGENT_PID"
 RC=$?
 expect "SIGTERM stops the run" 1 "stop: interrupted"
-assert "stopped within 3 s" [ $(($(date +%s) - t0)) -le 3 ]
+assert "stopped within 5 s" [ $(($(date +%s) - t0)) -le 5 ]
 assert "final line written" [ "$(py "$PWD/term/trajectory.jsonl" 'L[-1]["stop_reason"]')" = interrupted ]
 echo '[{"content": "after the signal"}]' >term2.json
 serve term2

@@ -46,6 +46,11 @@ mk good
 mk wrong 's/\* scale + bias\[c\]/* scale + bias[c] + 0.5f/'
 mk crash 's/float v = x\[r \* cols + c\];/float v = x[r * cols + c]; if (r == 3) *(volatile int *)0 = 1;/'
 mk hang 's/float v = x\[r \* cols + c\];/float v = x[r * cols + c]; for (volatile int spin = 1; spin;) {}/'
+mk slow 's/float v = x\[r \* cols + c\];/float v = x[r * cols + c]; for (volatile int k = 0; k < 2000; k++) {}/'
+mk hog
+# Memory-hungry: a 64 TiB allocation in the binding fails in the candidate's process only.
+sed -i 's/torch::Tensor out = torch::empty_like(x);/torch::Tensor out = torch::empty_like(x);\n    torch::Tensor hog = torch::empty({(int64_t)1 << 44}, x.options());/' \
+    "$PWD/hog/kernels/swish_cpu_binding.cpp"
 
 # -- one-shot, in this process
 run "$CA" eval --device cpu --json "$PWD/good"
@@ -81,8 +86,16 @@ expect "segfault in the candidate is its own failure" 1 '"kind": "crash"'
 run "$CA" eval --server "$SOCK" --timeout 5 --json "$PWD/hang"
 expect "a hang is a timeout" 1 '"kind": "timeout"'
 
+run "$CA" eval --server "$SOCK" --json "$PWD/hog"
+expect "a memory-hungry candidate fails as out of memory" 1 '"kind": "oom"'
+
+run "$CA" eval --server "$SOCK" --json "$PWD/slow"
+expect "a correct but slow candidate passes" 0 '"stage": "done"'
+assert "... with reward 1 (slower than eager)" [ "$(field reward.reward)" = 1 ]
+assert "... and its speedup below 1" "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1]))["reward"]; assert r["speedup_eager"] < 1, r' "$OUT"
+
 run "$CA" eval --server "$SOCK" --verify-only "$PWD/good"
-expect "the service still serves after crash and hang" 0
+expect "the service still serves after crash, hang and out-of-memory" 0
 
 # A runner killed under the service is restarted for the next job.
 wpid=$(pgrep -f "worker.py --device cpu" | head -1)

@@ -799,3 +799,31 @@ def test_prewarmed_candidate_protocol(tmp_path):
                                    "dtype": "torch.float32", "device": "cpu",
                                    "type": "torch.Tensor"}]
     assert (job_dir / "outputs_5.pt").is_file()
+
+
+def test_candidate_that_changes_once_timed_fails(tmp_path):
+    # Correct on the 6 verified sets (5 random + 1 adversarial), then cheap zeros: the
+    # timing runs would reward it, so a fresh set is checked after timing.
+    ext = EXT + textwrap.dedent("""
+        _calls = [0]
+
+
+        def affine_counting(x, w, b, scale):
+            _calls[0] += 1
+            if _calls[0] > 6:
+                return torch.zeros_like(x)
+            return affine(x, w, b, scale)
+        """)
+    run = evaluate(tmp_path, ext=ext, new=model_new(
+        "return cuda_extension.affine_counting(x, self.weight, self.bias, self.scale)"))
+    assert_failed(run, "mismatch", stage="timing")
+    assert "after timing" in run.failure["message"]
+    assert run.result["timing"] is None
+
+
+def test_post_timing_check_is_recorded(tmp_path):
+    run = evaluate(tmp_path)
+    assert run.rc == 0, run
+    post = run.result["verification"]["post_timing"]
+    assert post["ok"] is True
+    assert len(run.result["verification"]["sets"]) == 6  # the post-timing set is not one of them

@@ -81,6 +81,8 @@ def test_serves_jobs_in_a_row_with_prewarmed_candidates(worker, tmp_path):
         res = json.loads(out.read_text())
         assert res["ok"] is True and res["stage"] == "done"
         assert res["candidate"]["prewarmed"] is True
+        # From the second job on, the sets were drawn while the worker waited.
+        assert res["verification"]["sets_prefetched"] is (i > 0)
         assert res["timing"]["candidate"]["median_ms"] > 0
     assert worker.close() == 0
     assert list((tmp_path / "cands").iterdir()) == []  # every candidate directory removed
@@ -128,3 +130,14 @@ def test_usage_errors():
     r = subprocess.run([sys.executable, str(WORKER), "--prewarm", "-1"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "--prewarm" in r.stderr
+
+
+def test_prefetched_sets_are_not_reused_for_another_task(worker, tmp_path):
+    argv, out = job(tmp_path, "a", model_new())
+    assert worker.send({"id": 1, "argv": argv})["rc"] == 0
+    other = TASK.replace("torch.randn(16, 37)", "torch.randn(8, 37)")
+    argv, out = job(tmp_path, "b", model_new(), task=other)
+    assert worker.send({"id": 2, "argv": argv})["rc"] == 0
+    res = json.loads(out.read_text())
+    assert res["verification"]["sets_prefetched"] is False
+    assert res["verification"]["sets"][0]["outputs"][0]["shape"] == [8, 37]

@@ -518,6 +518,135 @@ static char *pch_entry(const char *cache)
     return dir;
 }
 
+/* ---- load_inline cuda sources (KernelBench mode: opts.inline_cuda) ---- */
+
+static const char kb_cu[] = "#include <torch/extension.h>\n"
+                            "__global__ void kb_kernel(int *o) { o[0] = 1; }\n"
+                            "int kb_add(int a, int b)\n{\n"
+                            "    TORCH_CHECK(a >= 0, \"a\");\n"
+                            "    (void)kb_kernel;\n"
+                            "    return a + b;\n}\n";
+static const char kb_binding[] =
+    "#include \"binding_registry.h\"\nint kb_add(int a, int b);\n"
+    "static void bind(pybind11::module_ &m) { m.def(\"kb_add\", kb_add); }\n"
+    "REGISTER_BINDING(\"kb_add\", bind);\n";
+
+/* A KernelBench build of kb_add.cu (source) and kb_add_binding.cpp in a fresh snapshot. */
+struct kb_build {
+    char *snap, *cache, *lib, *out;
+    struct compile_opts o;
+    struct compile_report r;
+    struct ca_err err;
+};
+
+static void kb_begin(struct kb_build *k, const char *cu)
+{
+    k->snap = snapshot("snap");
+    put_text(k->snap, "kb_add.cu", cu);
+    put_text(k->snap, "kb_add_binding.cpp", kb_binding);
+    k->cache = xstrfmt("%s/cache", test_tmpdir());
+    k->lib = xstrfmt("%s/fakelib", test_tmpdir());
+    k->out = xstrfmt("%s/cuda_extension.so", test_tmpdir());
+    base_opts(&k->o, k->cache);
+    fake_torch(&k->o, k->lib);
+    k->o.inline_cuda = true;
+    compile_report_init(&k->r);
+    k->err = (struct ca_err){0};
+}
+
+static void kb_end(struct kb_build *k)
+{
+    compile_report_release(&k->r);
+    free(k->snap);
+    free(k->cache);
+    free(k->lib);
+    free(k->out);
+}
+
+static void kb_show_errors(const struct kb_build *k)
+{
+    if (!k->r.ok)
+        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", k->r.errors.data, k->r.full_log.data);
+}
+
+TEST(inline_cuda_units_build_with_torch_headers)
+{
+    if (!have_nvcc())
+        return;
+    struct kb_build k;
+    kb_begin(&k, kb_cu);
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    kb_show_errors(&k);
+    CHECK(k.r.ok);
+    const struct compile_unit_report *u = unit(&k.r, "kernels/kb_add.cu");
+    CHECK_EQ(u->role, COMPILE_ROLE_CU_TORCH);
+    CHECK_STR(compile_role_name(u->role), "cu-torch");
+    CHECK(u->ok && !u->cached && !u->used_pch);
+    CHECK(unit(&k.r, "kernels/kb_add_binding.cpp")->used_pch);
+    json_t *j = compile_report_to_json(&k.r);
+    CHECK_STR(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "units"), 0), "role")),
+        "cu-torch");
+    json_decref(j);
+    /* torch/extension.h was the light one (the fake torch/types.h): no retry. */
+    CHECK(strstr(k.r.full_log.data, "retried") == NULL);
+    char key[HASH128_HEX_LEN + 1];
+    memcpy(key, u->key, sizeof(key));
+
+    /* Unchanged: from the cache, under the same key. */
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    CHECK(k.r.ok && k.r.link_cached);
+    CHECK(unit(&k.r, "kernels/kb_add.cu")->cached);
+    CHECK_STR(unit(&k.r, "kernels/kb_add.cu")->key, key);
+
+    /* Without inline_cuda the same file is a plain .cu, and nvcc finds no torch header. */
+    k.o.inline_cuda = false;
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    CHECK(!k.r.ok);
+    CHECK_EQ(unit(&k.r, "kernels/kb_add.cu")->role, COMPILE_ROLE_CU);
+    CHECK_CONTAINS(unit(&k.r, "kernels/kb_add.cu")->log.data, "torch/extension.h");
+    /* The binding's object does not depend on the mode. */
+    CHECK(unit(&k.r, "kernels/kb_add_binding.cpp")->cached);
+    kb_end(&k);
+}
+
+TEST(inline_cuda_light_header_falls_back_to_the_real_one)
+{
+    if (!have_nvcc())
+        return;
+    /* A name only the full torch/extension.h declares (here pybind11's): retried with it. */
+    struct kb_build k;
+    kb_begin(&k, "#include <torch/extension.h>\n"
+                 "int kb_add(int a, int b) { pybind11::str s(a); (void)s; return a + b; }\n");
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    kb_show_errors(&k);
+    CHECK(k.r.ok);
+    CHECK_CONTAINS(k.r.full_log.data, "kernels/kb_add.cu (exit 0, retried with the full "
+                                      "torch/extension.h)");
+    kb_end(&k);
+}
+
+TEST(inline_cuda_errors_and_no_torch)
+{
+    if (!have_nvcc())
+        return;
+    /* A compiler error is nvcc's, under the unit's name (after the retry with the real header). */
+    struct kb_build k;
+    kb_begin(&k, "#include <torch/extension.h>\nint kb_add(int a, int b) { return c; }\n");
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    CHECK(!k.r.ok);
+    CHECK_CONTAINS(k.r.errors.data, "kernels/kb_add.cu:2");
+    CHECK_CONTAINS(k.r.full_log.data, "retried with the full torch/extension.h");
+
+    /* Without PyTorch nothing of a KernelBench build can be compiled. */
+    no_torch(&k.o);
+    CHECK_EQ(build(&k.o, k.snap, NULL, &k.r, &k.err), CA_EUNAVAIL);
+    CHECK(!unit(&k.r, "kernels/kb_add.cu")->ok);
+    CHECK_CONTAINS(unit(&k.r, "kernels/kb_add.cu")->log.data,
+                   "not built: PyTorch is not importable");
+    kb_end(&k);
+}
+
 TEST(bindings_pch_link_and_module_cache)
 {
     if (!have_nvcc())

@@ -960,3 +960,70 @@ TEST(objects_errors)
     free(text);
     free(missing);
 }
+
+/* ---- load_inline cuda sources (KernelBench mode) ---- */
+
+static char *inline_pairs(const char *code)
+{
+    struct policy_report rep;
+    policy_report_init(&rep);
+    struct ca_err err = {0};
+    CHECK_EQ(policy_check_inline_cuda("kernels/kb_x.cu", code, strlen(code), &rep, &err), 0);
+    char *pairs = report_pairs(&rep);
+    policy_report_release(&rep);
+    return pairs;
+}
+
+#define KB_PRELUDE "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+
+static const struct lex_case inline_cases[] = {
+    /* kernels and the torch function load_inline exposes, in one file */
+    {"ok",
+     KB_PRELUDE "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
+                "__global__ void k(float *o) { o[threadIdx.x] = 1.0f; }\n"
+                "torch::Tensor f(torch::Tensor x) {\n"
+                "    TORCH_CHECK(x.is_cuda(), \"x\");\n"
+                "    const c10::cuda::CUDAGuard g(x.device());\n"
+                "    auto out = torch::empty_like(x);\n"
+                "    k<<<1, 32, 0, at::cuda::getCurrentCUDAStream()>>>(out.data_ptr<float>());\n"
+                "    return out;\n}\n",
+     ""},
+    {"ok",
+     "#include <torch/extension.h>\n__device__ int lane() { int l; asm(\"mov.u32 %0, "
+     "%%laneid;\" : \"=r\"(l)); return l; }\n",
+     ""},
+    /* the launch, torch and host rules of both dialects still hold */
+    {"bad", KB_PRELUDE "__global__ void k() {}\nvoid f() {\n    k<<<1, 1>>>();\n}\n", "stream:6\n"},
+    {"bad", KB_PRELUDE "torch::Tensor f(torch::Tensor x) {\n    return torch::relu(x);\n}\n",
+     "torch-compute:5\n"},
+    {"bad", KB_PRELUDE "torch::Tensor f(torch::Tensor x) {\n    return x.sum();\n}\n",
+     "torch-compute:5\n"},
+    {"bad", KB_PRELUDE "torch::Tensor f(torch::Tensor x) {\n    return torch::zeros_like(x);\n}\n",
+     "torch-compute:5\n"},
+    {"bad", KB_PRELUDE "void f() { asm(\"syscall\"); }\n", "asm:4\n"},
+    {"bad", KB_PRELUDE "PYBIND11_MODULE(m, m) {}\n", "python:4\n"},
+    {"bad", KB_PRELUDE "#include <torch/torch.h>\n#include \"binding_registry.h\"\n",
+     "include:5\ntorch-compute:4\n"},
+    {"bad", KB_PRELUDE "int x = fork();\nvoid *p = dlopen(0, 0);\n", "dlopen:5\nprocess:4\n"},
+};
+
+TEST(inline_cuda_dialect)
+{
+    for (size_t i = 0; i < ARRAY_SIZE(inline_cases); i++) {
+        const struct lex_case *c = &inline_cases[i];
+        char *got = inline_pairs(c->code);
+        if (strcmp(got, c->want) != 0)
+            test__fail(__FILE__, __LINE__, "inline case %zu (%s): want\n%sgot\n%s", i, c->name,
+                       c->want, got);
+        free(got);
+    }
+    /* A workspace's .cu stays plain CUDA: the same torch file is refused there. */
+    char *plain = source_pairs("kernels/x.cu", inline_cases[0].code);
+    CHECK_CONTAINS(plain, "include:1");
+    CHECK_CONTAINS(plain, "torch-compute:");
+    free(plain);
+    /* <torch/types.h> is for load_inline sources only, not for bindings either. */
+    char *bind = source_pairs("kernels/x_binding.cpp", "#include <torch/types.h>\n");
+    CHECK_STR(bind, "torch-compute:1\n");
+    free(bind);
+}

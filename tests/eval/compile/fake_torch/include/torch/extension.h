@@ -2,14 +2,4 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
-#include <stdexcept>
-
-#define TORCH_CHECK(cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            throw std::runtime_error(#cond);                                                       \
-    } while (0)
-
-namespace torch {
-enum ScalarType { kFloat32 };
-}
+#include <torch/types.h>

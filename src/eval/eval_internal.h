@@ -1,0 +1,29 @@
+/*
+ * eval_internal.h - shared between the files of the evaluation pipeline (eval.c: the stages;
+ * eval_snapshot.c: taking files; eval_kernelbench.c: KernelBench single files). Also used by the
+ * unit tests. Not part of the module's interface.
+ */
+#ifndef CA_EVAL_INTERNAL_H
+#define CA_EVAL_INTERNAL_H
+
+#include <jansson.h>
+
+#include "core/err.h"
+
+/*
+ * Turn the KernelBench file `file` into workspace-shaped sources under out_dir (an existing,
+ * empty directory): kernels/kb_NAME.cu and kernels/kb_NAME_binding.cpp for each load_inline
+ * call, and model_new.py, by running the embedded harness/kernelbench_extract.py (python3,
+ * standard library only; the file is parsed, never run).
+ *
+ * Returns 0 with *summary a new object ({"modules": [...], "functions": [...]}) when the file was
+ * extracted; 0 with *summary NULL and *problem a new object {"line": N, "message": "..."} when
+ * the file cannot be (no ModelNew, no load_inline, sources that are not static, bad syntax): the
+ * candidate's result, not an error. A negative code when the extraction could not be judged:
+ * -ENOENT for a missing file, CA_EUNAVAIL without python3, CA_ECHILD/CA_ETIMEOUT/CA_EPARSE when
+ * the script fails or answers something unexpected.
+ */
+int eval__kernelbench_extract(const char *file, const char *out_dir, json_t **summary,
+                              json_t **problem, struct ca_err *err) WARN_UNUSED_RESULT;
+
+#endif

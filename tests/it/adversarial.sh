@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Every candidate under tests/adversarial/ through the evaluator service in CPU mode: each hack
+# must get its expected verdict (reward -1 at the named stage, with the named failure kind or
+# message) and each legitimate candidate must pass. Needs PyTorch (CUDA_AGENT_PYTHON or the
+# python3 on PATH) and nvcc; skips with the reason otherwise.
+. "$CA_REPO/tests/it/lib.sh"
+PY=${CUDA_AGENT_PYTHON:-python3}
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+    echo "SKIP: PyTorch is not importable by $PY"
+    exit 77
+fi
+if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    echo "SKIP: no nvcc"
+    exit 77
+fi
+export CUDA_AGENT_PYTHON=$PY
+export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}
+export CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900}
+FIX=$CA_REPO/tests/eval/cpu
+SOCK=$PWD/adv.sock
+"$CA" evaluator --device cpu --prewarm 1 --socket "$SOCK" 2>"$PWD/svc.log" &
+svc=$!
+trap 'kill $svc 2>/dev/null; wait $svc 2>/dev/null; rm -f "$OUT" "$ERR"' EXIT
+for _ in $(seq 3000); do [ -S "$SOCK" ] && break; sleep 0.1; done
+assert "the service listens" [ -S "$SOCK" ]
+
+for case in "$CA_REPO"/tests/adversarial/*/; do
+    name=$(basename "$case")
+    ws=$PWD/ws-$name
+    "$CA" workspace create --task "$FIX/task.py" "$ws" >/dev/null || exit 1
+    cp "$FIX"/sol/kernels/* "$ws/kernels/"
+    cp "$FIX/sol/model_new.py" "$ws/"
+    (cd "$case" && find . -type f ! -name expect.json -exec cp --parents {} "$ws/" \;)
+    run "$CA" eval --server "$SOCK" --json "$ws"
+    assert "$name" "$PY" - "$case/expect.json" "$OUT" <<'PY'
+import json, sys
+exp = json.load(open(sys.argv[1]))
+r = json.load(open(sys.argv[2]))
+reward = (r.get("reward") or {}).get("reward")
+failure = (r.get("harness") or {}).get("failure") or {}
+msg = r.get("message") or ""
+why = []
+if "reward" in exp and reward != exp["reward"]:
+    why.append(f"reward {reward}, expected {exp['reward']}")
+if "reward_min" in exp and (reward is None or reward < exp["reward_min"]):
+    why.append(f"reward {reward}, expected at least {exp['reward_min']}")
+if r.get("stage") != exp["stage"]:
+    why.append(f"stage {r.get('stage')!r}, expected {exp['stage']!r}")
+if "kind" in exp and failure.get("kind") != exp["kind"]:
+    why.append(f"failure kind {failure.get('kind')!r}, expected {exp['kind']!r}")
+if "contains" in exp and exp["contains"] not in msg:
+    why.append(f"message lacks {exp['contains']!r}")
+verdict = f"reward {reward} at {r.get('stage')}" + (f" ({failure.get('kind')})" if failure else "")
+print(f"  {exp['pattern']}: {verdict}: {msg.splitlines()[0][:140] if msg else 'passed'}",
+      file=sys.stderr)
+if why:
+    print("; ".join(why) + "\n" + msg[:1500])
+    sys.exit(1)
+PY
+done
+finish

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Black-box tests of `cuda-agent eval --task T --kernelbench-file F` that need no GPU: usage
+# errors, files the extraction refuses (stage "extract", reward -1, F:LINE: message), the policy
+# on the extracted sources (with the candidate's own line numbers in model_new.py), and, where
+# nvcc is installed, a --compile-only build of examples/kernelbench (which needs PyTorch for the
+# bindings: without it, exit 69 and a clear message). The GPU path is tests/gpu/test_kernelbench.py.
+. "$CA_REPO/tests/it/lib.sh"
+export CUDA_AGENT_CACHE_DIR=$PWD/cache
+TASK=$CA_REPO/examples/tasks/swish_scale_bias.py
+KB=$CA_REPO/examples/kernelbench/swish_scale_bias.py
+field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$OUT" "$1"; }
+kbeval() { "$CA" eval --json --task "$TASK" --kernelbench-file "$@"; }
+
+run "$CA" eval --kernelbench-file "$KB";                 expect "needs --task" 2 "" "needs --task"
+run "$CA" eval --task "$TASK" --kernelbench-file "$KB" ws; expect "no workspace with it" 2 "" "takes no WORKSPACE"
+run "$CA" eval --task "$TASK" --kernelbench-file "$PWD/none.py"
+expect "missing file" 4 "" "none.py: no such file"
+run "$CA" eval --help;                                   expect "--help names it" 0 "--kernelbench-file FILE"
+
+cat >syntax.py <<'EOF'
+import torch
+
+def broken(:
+    pass
+EOF
+run kbeval syntax.py
+expect "syntax error: reward -1" 1 '"reward": -1'
+assert "syntax error: stage extract" [ "$(field 'd["stage"]')" = extract ]
+assert "syntax error: file and line" [ "$(field 'd["message"]')" = "syntax.py:3: invalid Python: invalid syntax (line 3)" ]
+assert "syntax error: reason" [ "$(field 'd["reward"]["reason"]')" = "the KernelBench file's load_inline sources could not be read" ]
+
+cat >nomodel.py <<'EOF'
+import torch
+from torch.utils.cpp_extension import load_inline
+ext = load_inline(name="x", cpp_sources="", functions=["f"])
+EOF
+run kbeval nomodel.py
+expect "no ModelNew" 1 "no module-level \`class ModelNew(nn.Module)\`"
+assert "no ModelNew: stage extract" [ "$(field 'd["stage"]')" = extract ]
+
+cat >noinline.py <<'EOF'
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x
+EOF
+run kbeval noinline.py;                  expect "no load_inline" 1 "no call of torch.utils.cpp_extension.load_inline"
+
+cat >dynamic.py <<'EOF'
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA = open("kernel.cu").read()
+ext = load_inline(name="dyn", cpp_sources="", cuda_sources=CUDA, functions=["f"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.f(x)
+EOF
+run kbeval dynamic.py
+expect "dynamic sources are refused" 1 "dynamic.py:6: load_inline cuda_sources=CUDA cannot be read without running the file"
+assert "the report names the file" [ "$(field 'd["kernelbench"]["file"]')" = dynamic.py ]
+
+# Extracted, then refused by the policy: a launch on the legacy stream, torch compute in forward.
+python3 - "$KB" <<'EOF'
+import sys
+src = open(sys.argv[1]).read()
+src = src.replace(", 0, stream>>>", ">>>", 1)
+src = src.replace("return swish_ext.swish_scale_bias(", "return torch.sigmoid(x) * swish_ext.swish_scale_bias(", 1)
+open("policy.py", "w").write(src)
+EOF
+line=$(grep -n "return torch.sigmoid" policy.py | cut -d: -f1)
+run kbeval policy.py
+expect "policy violations: reward -1" 1 '"reason": "the static policy refused the code"'
+assert "policy: stage" [ "$(field 'd["stage"]')" = policy ]
+assert "policy: the launch without a stream is named" grep -q 'kernels/kb_swish_scale_bias_ext.cu:[0-9]*: stream' "$OUT"
+assert "policy: model_new.py keeps the file's line numbers" grep -q "model_new.py:$line: torch-compute" "$OUT"
+assert "policy: kernelbench section" [ "$(field '(d["kernelbench"]["name"], d["kernelbench"]["functions"])')" = "('swish_scale_bias_ext', ['swish_scale_bias'])" ]
+assert "policy: extracted files listed" [ "$(field 'sorted(d["files"])')" = "['kernels/kb_swish_scale_bias_ext.cu', 'kernels/kb_swish_scale_bias_ext_binding.cpp', 'model_new.py']" ]
+run "$CA" eval --task "$TASK" --kernelbench-file policy.py
+expect "human report names the file and functions" 1 "kernelbench: policy.py (functions: swish_scale_bias)"
+
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    for f in "$CA_REPO"/examples/kernelbench/*.py; do
+        name=$(basename "$f" .py)
+        run "$CA" eval --json --compile-only --task "$CA_REPO/examples/tasks/$name.py" --kernelbench-file "$f"
+        if python3 -c 'import torch' 2>/dev/null; then
+            expect "$name: --compile-only builds" 0 '"ok": true'
+            assert "$name: the cuda source is a cu-torch unit" grep -q '"role": "cu-torch"' "$OUT"
+        else
+            expect "$name: passes the policy, then needs PyTorch (exit 69)" 69 "" "PyTorch is not importable"
+            echo "skip: $name --compile-only build: PyTorch is not importable by python3 (set CUDA_AGENT_PYTHON)"
+        fi
+    done
+else
+    echo "skip: nvcc not found; --compile-only cases not run"
+fi
+finish
