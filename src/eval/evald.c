@@ -247,9 +247,9 @@ json_t *evald_request_for(const struct eval_opts *o)
         json_object_set_new(req, "workspace",
                             json_string(realpath(o->workspace, abs) ? abs : o->workspace));
     if (o->kernelbench_file)
-        json_object_set_new(req, "kernelbench_file",
-                            json_string(realpath(o->kernelbench_file, abs) ? abs
-                                                                          : o->kernelbench_file));
+        json_object_set_new(
+            req, "kernelbench_file",
+            json_string(realpath(o->kernelbench_file, abs) ? abs : o->kernelbench_file));
     if (o->task_ref) {
         char t[PATH_MAX];
         json_object_set_new(req, "task", json_string(realpath(o->task_ref, t) ? t : o->task_ref));

@@ -7,8 +7,8 @@
  *
  * Protocol (core/msg.h framing), one request per connection:
  *   {"op": "eval", "workspace": ABS (or "kernelbench_file": ABS with "task"),
- *    "task": PATH?, "mode": "full"|"verify"|"compile", "timing"?, "precision"?, "seeds"?, "atol"?, "rtol"?,
- *    "timeout_ms"?, "budget_ms"?, "keep_dir"?}
+ *    "task": PATH?, "mode": "full"|"verify"|"compile", "timing"?, "precision"?,
+ *    "seeds"?, "atol"?, "rtol"?, "timeout_ms"?, "budget_ms"?, "keep_dir"?}
  *     -> {"ok": true, "report": {...}} | {"ok": false, "error": MSG, "code": N}
  *   {"op": "status"} -> {"ok": true, "pool": {...}, "served": N, "active": N}
  * The device, architecture, cache and sandboxing are the service's own.
