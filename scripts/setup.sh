@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PKGS=(build-essential pkg-config git python3 python3-venv python3-pip
-             libjansson-dev libxxhash-dev libpcre2-dev libseccomp-dev libelf-dev clang
+             libjansson-dev libxxhash-dev libpcre2-dev libseccomp-dev libelf-dev libcurl4-openssl-dev clang
              clang-format)
 PY_PKGS=(pyarrow pytest numpy torch)
 

@@ -23,6 +23,7 @@ static const struct cli_cmd commands[] = {
     {"eval", cmd_eval, "compile, verify, profile and reward a workspace"},
     {"evaluator", cmd_evaluator, "run the evaluator service (warm GPU runners on a socket)"},
     {"tool", cmd_tool, "run one agent tool call in an episode's sandbox (persistent shell)"},
+    {"run", cmd_run, "let a model solve a task in a sandboxed episode (agent loop) and score it"},
     {"data", cmd_data,
      "list, check and import task sources (.py, KernelBench tree, JSONL, parquet)"},
     {"version", cmd_version, "print the version"},

@@ -37,6 +37,14 @@
 #define CA_LIMIT_REQUEST_BYTES (8 * CA_MIB)
 /* One reply from a model server. */
 #define CA_LIMIT_MODEL_REPLY (16 * CA_MIB)
+/* Tool calls in one model reply (native or text-form); more are refused. */
+#define CA_LIMIT_TOOL_CALLS 64
+/* One request to a model server: the whole conversation plus tool schemas. */
+#define CA_LIMIT_MODEL_REQUEST (64 * CA_MIB)
+/* One line of a trajectory file read back by `run --resume`. */
+#define CA_LIMIT_TRAJECTORY_LINE (32 * CA_MIB)
+/* A whole trajectory file read back by `run --resume`. */
+#define CA_LIMIT_TRAJECTORY_BYTES (1024 * CA_MIB)
 /* Length of an identifier (task id, episode id, name). */
 #define CA_LIMIT_ID 128
 /* Operators listed for one task. */
