@@ -4,18 +4,7 @@
 # message) and each legitimate candidate must pass. Needs PyTorch (CUDA_AGENT_PYTHON or the
 # python3 on PATH) and nvcc; skips with the reason otherwise.
 . "$CA_REPO/tests/it/lib.sh"
-PY=${CUDA_AGENT_PYTHON:-python3}
-if ! "$PY" -c 'import torch' 2>/dev/null; then
-    echo "SKIP: PyTorch is not importable by $PY"
-    exit 77
-fi
-if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-    echo "SKIP: no nvcc"
-    exit 77
-fi
-export CUDA_AGENT_PYTHON=$PY
-export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}
-export CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900}
+require_cpu_evaluator
 FIX=$CA_REPO/tests/eval/cpu
 SOCK=$PWD/adv.sock
 "$CA" evaluator --device cpu --prewarm 1 --socket "$SOCK" 2>"$PWD/svc.log" &

@@ -5,18 +5,7 @@
 # are recorded by the episode -- then breaks model_new.py and answers. Best of trajectory must
 # score the recorded good snapshot above the broken final workspace.
 . "$CA_REPO/tests/it/lib.sh"
-PY=${CUDA_AGENT_PYTHON:-python3}
-if ! "$PY" -c 'import torch' 2>/dev/null; then
-    echo "SKIP: PyTorch is not importable by $PY (set CUDA_AGENT_PYTHON; scripts/setup.sh installs it in .venv)"
-    exit 77
-fi
-if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-    echo "SKIP: no nvcc"
-    exit 77
-fi
-export CUDA_AGENT_PYTHON=$PY
-export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}
-export CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900}
+require_cpu_evaluator
 export CUDA_AGENT_STATE_DIR=$PWD/state
 unset CUDA_AGENT_EVALUATOR CUDA_AGENT_EVAL_DEVICE OPENAI_BASE_URL CUDA_AGENT_BASE_URL
 FIX=$CA_REPO/tests/eval/cpu

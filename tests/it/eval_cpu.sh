@@ -6,20 +6,7 @@
 # recorded. The candidate is a C++ extension whose "kernel" is host code in a .cu
 # (tests/eval/cpu).
 . "$CA_REPO/tests/it/lib.sh"
-PY=${CUDA_AGENT_PYTHON:-python3}
-if ! "$PY" -c 'import torch' 2>/dev/null; then
-    echo "SKIP: PyTorch is not importable by $PY (set CUDA_AGENT_PYTHON; scripts/setup.sh installs it in .venv)"
-    exit 77
-fi
-if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
-    echo "SKIP: no nvcc"
-    exit 77
-fi
-export CUDA_AGENT_PYTHON=$PY
-# The compile cache is content-addressed and safe to share: one across test runs (CI runs the
-# suite twice) saves rebuilding the precompiled torch header on slow machines.
-export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}
-export CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900}
+require_cpu_evaluator
 export CUDA_AGENT_STATE_DIR=$PWD/state
 FIX=$CA_REPO/tests/eval/cpu
 SOCK=$PWD/ev.sock

@@ -47,3 +47,22 @@ finish() {
     echo "$IT_PASS passed, $IT_FAIL failed"
     [ "$IT_FAIL" -eq 0 ]
 }
+
+# For tests that run the evaluator in CPU mode: skip (exit 77, with the reason) without
+# PyTorch or nvcc; else set PY and the evaluator's environment. The compile cache is
+# content-addressed and safe to share across test runs (CI runs the suite twice), which saves
+# rebuilding the precompiled torch header on slow machines; compilers get generous limits.
+require_cpu_evaluator() {
+    PY=${CUDA_AGENT_PYTHON:-python3}
+    if ! "$PY" -c 'import torch' 2>/dev/null; then
+        echo "SKIP: PyTorch is not importable by $PY (set CUDA_AGENT_PYTHON; scripts/setup.sh installs it in .venv)"
+        exit 77
+    fi
+    if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+        echo "SKIP: no nvcc"
+        exit 77
+    fi
+    export CUDA_AGENT_PYTHON=$PY
+    export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}
+    export CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900}
+}
