@@ -3,9 +3,11 @@
 Each case builds `cuda_extension` from binding.cpp and a few tiny bindings, then imports it in
 a fresh process (the module name is fixed, so one process can import only one build). All cases
 share one build directory, so binding.cpp is compiled once. Needs PyTorch, ninja and the CUDA
-toolkit's headers, but no GPU; skipped, with the reason, where one is missing.
+toolkit's headers, and a GPU or TORCH_CUDA_ARCH_LIST (for the architecture); skipped, with the
+reason, where one is missing.
 """
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -21,6 +23,11 @@ if cpp_extension.CUDA_HOME is None:
                 allow_module_level=True)
 if not cpp_extension.is_ninja_available():
     pytest.skip("ninja not found: torch.utils.cpp_extension.load needs it",
+                allow_module_level=True)
+if not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+    pytest.skip("no GPU to take the architecture from and TORCH_CUDA_ARCH_LIST unset: "
+                "torch.utils.cpp_extension.load cannot choose one (set it, e.g. to 9.0, to run "
+                "these builds on a machine without a GPU; minutes each on two cores)",
                 allow_module_level=True)
 
 TEMPLATE = pathlib.Path(__file__).resolve().parents[2] / "template"
