@@ -481,6 +481,23 @@ static int read_report(int fd, struct child_failure *f)
     return got == sizeof(*f);
 }
 
+/* argv[0] looked up in the PATH the child will have; a name with a '/' is
+ * taken as is (execve then says what is wrong with it). */
+static int find_program(const struct proc_opts *o, char **path, struct ca_err *err)
+{
+    *path = which_in(o->argv[0], lookup_path(o->env));
+    if (*path)
+        return 0;
+    if (strchr(o->argv[0], '/')) {
+        *path = xstrdup(o->argv[0]);
+        return 0;
+    }
+    return err_setf(err, -ENOENT,
+                    "cannot run '%s': No such file or directory (not found in PATH); "
+                    "install it or give its full path",
+                    o->argv[0]);
+}
+
 /* Fork and exec per plan (signals blocked around the fork, so the child
  * starts with none pending); waits for the exec report on rep_r after
  * closing our copy of its write end. 0 with *pid_out, or an error (the
@@ -531,16 +548,9 @@ int proc_run(const struct proc_opts *o, struct proc_result *r, struct ca_err *er
         if (o->keep_fds[i] > 2 && fcntl(o->keep_fds[i], F_GETFD) < 0)
             return err_setf(err, -EBADF, "cannot run '%s': fd %d on its keep list is not open",
                             o->argv[0], o->keep_fds[i]);
-    path = which_in(o->argv[0], lookup_path(o->env));
-    if (!path) {
-        if (strchr(o->argv[0], '/'))
-            path = xstrdup(o->argv[0]); /* let execve say what is wrong with it */
-        else
-            return err_setf(err, -ENOENT,
-                            "cannot run '%s': No such file or directory (not found in PATH); "
-                            "install it or give its full path",
-                            o->argv[0]);
-    }
+    rc = find_program(o, &path, err);
+    if (rc)
+        return rc;
 
     if (o->stdin_data) {
         rc = make_pipe(in);
@@ -653,13 +663,11 @@ int proc_spawn(const struct proc_opts *o, int stderr_fd, struct proc_child *c, s
         BUG("proc_spawn without argv[0]");
     *c = (struct proc_child){.pid = -1, .in_fd = -1, .out_fd = -1};
     int in[2] = {-1, -1}, out[2] = {-1, -1}, rep[2] = {-1, -1};
-    char *path = which_in(o->argv[0], lookup_path(o->env));
-    if (!path) {
-        if (!strchr(o->argv[0], '/'))
-            return err_setf(err, -ENOENT, "cannot run '%s': not found in PATH", o->argv[0]);
-        path = xstrdup(o->argv[0]);
-    }
-    int rc = make_pipe(in);
+    char *path = NULL;
+    int rc = find_program(o, &path, err);
+    if (rc)
+        return rc;
+    rc = make_pipe(in);
     if (!rc)
         rc = make_pipe(out);
     if (!rc)
