@@ -6,22 +6,25 @@ environment and its own process group:
     python3 harness/candidate.py --job DIR --report-fd N
     python3 harness/candidate.py --prewarm --report-fd N     (reads DIR from the first stdin line)
 
-DIR holds what the trusted side wrote (job.json, init_inputs.pt, state_dict.pt,
-inputs_<i>.pt). This process imports timing.py first (capturing timers before any candidate
-code exists), initialises the device, loads the extension as the module `cuda_extension`
-(a compiled .so, or for tests only a Python file), imports model_new.py by path, builds
-ModelNew(*init_inputs), loads Model's state_dict (strict) and then, for every input set:
-clones the inputs, poisons freed device memory with NaN (so unwritten output elements show),
-runs forward under torch.no_grad(), synchronises, and saves the outputs and the post-forward
-inputs to outputs_<i>.pt for the trusted side to compare. It never sees the reference
-outputs or the seeds. After all sets it waits for one stdin line: "time" (measure the forward
-on input set 0 with timing.measure and report, then run the job's post-timing input set and
-report it like a verified one) or anything else (stop).
+DIR holds what the trusted side wrote (job.json, init_inputs.pt, state_dict.pt); the input
+sets themselves lie in the evaluator's shared memory (harness/arena.py: device memory through
+CUDA IPC, or a shared file), described in job.json. This process imports timing.py first
+(capturing timers before any candidate code exists), initialises the device, opens the arena,
+loads the extension as the module `cuda_extension` (a compiled .so, or for tests only a Python
+file), imports model_new.py by path, builds ModelNew(*init_inputs), loads Model's state_dict
+(strict) and then, for every input set: poisons freed device memory with NaN (so unwritten
+output elements show), runs forward under torch.no_grad() directly on the arena's input views,
+synchronises, and copies each output into its arena slot for the trusted side to compare (the
+trusted side checks the inputs for mutation in place). It never sees the reference outputs or
+the seeds. After all sets it waits for one stdin line: "time" (measure the forward on input
+set 0 with timing.measure and report; then, on a further line "post", run the post-timing
+input set, written to the arena only then, and report it like a verified one) or anything
+else (stop).
 
 Messages go to the trusted side as JSON lines on fd N (see docs/internals/harness.md):
   {"type": "ready"}                                  (--prewarm only, before reading DIR)
   {"type": "stage", "stage": NAME}
-  {"type": "set", "index": i, "file": F, "outputs": [META...], "forward_ms": T}
+  {"type": "set", "index": i, "outputs": [META...], "forward_ms": T}
   {"type": "verified"}
   {"type": "timing", "stats": {...}}
   {"type": "failure", "kind": K, "message": M, "details": {...}}
@@ -41,6 +44,7 @@ if not sys.path or os.path.abspath(sys.path[0]) != _HERE:
 # First, before anything the candidate controls: timing captures its references at import.
 import timing  # noqa: E402  (must precede every other project import)
 import harness_util as hu  # noqa: E402
+import arena as ar  # noqa: E402
 
 import argparse  # noqa: E402
 import faulthandler  # noqa: E402
@@ -172,26 +176,13 @@ def _describe(leaf: Any) -> dict[str, Any]:
     return {"kind": "number", "type": type(leaf).__name__}
 
 
-def _plain_cpu(leaf: Any, index: int) -> Any:
-    """The leaf as a plain CPU tensor (or number); tensor subclasses are refused."""
-    if isinstance(leaf, torch.Tensor):
-        if type(leaf) not in (torch.Tensor, torch.nn.Parameter):
-            raise Failure("output_type",
-                          f"output {index} is a {type(leaf).__module__}."
-                          f"{type(leaf).__qualname__}, not a plain torch.Tensor: tensor "
-                          "subclasses (lazy or deferred outputs) are not accepted",
-                          {"output": index})
-        return leaf.detach().to("cpu").clone() if leaf.device.type == "cpu" else \
-            leaf.detach().to("cpu")
-    return leaf
-
-
 class Runner:
     def __init__(self, job: dict[str, Any], chan: Channel):
         self.job = job
         self.chan = chan
         self.device = timing.resolve_device(job["device"])
         self.model: Any = None
+        self.arena: ar.Arena | None = None
 
     def stage(self, name: str) -> None:
         self.chan.send({"type": "stage", "stage": name})
@@ -202,6 +193,10 @@ class Runner:
         self.stage("init")
         _set_precision(job.get("precision", "strict"))
         _init_device(self.device)
+        try:
+            self.arena = ar.open_arena(job.get("arena"), self.device)
+        except (ar.ArenaError, OSError, RuntimeError) as exc:
+            raise Failure("protocol", f"cannot open the evaluator's shared memory: {exc}")
 
         self.stage("load_extension")
         ext = job["extension"]
@@ -263,17 +258,64 @@ class Runner:
         self.stage("timing")
         self.time_forward()
         post = job.get("post_timing_set")
-        if post is not None:
+        if post is not None and sys.stdin.readline().strip() == "post":
+            # Its inputs are written to the arena only now that the timing is over.
             self.stage("post_timing")
             self.verify_set(int(post))
         self.chan.send({"type": "done"})
         return True
 
+    def set_inputs(self, i: int) -> tuple[list[Any], list[Any]]:
+        """Input set i as (views of the arena, the arguments for the forward). On a CUDA arena
+        the arguments are the views themselves; on a host arena with a CUDA device, copies on
+        the device (copied back by store_inputs)."""
+        assert self.arena is not None
+        views = []
+        for slot in self.job["sets"][i]["inputs"]:
+            if slot["kind"] == "tensor":
+                views.append(self.arena.view(int(slot["offset"]),
+                                             ar.dtype_from_name(slot["dtype"]),
+                                             ar.shape_from_list(slot["shape"])))
+            else:
+                views.append(slot["value"])
+        if self.arena.memory.device == self.device or self.device.type == "cpu":
+            return views, list(views)
+        return views, [_to_device(x, self.device) for x in views]
+
+    def store_inputs(self, views: list[Any], args: list[Any]) -> None:
+        """Host arena with a CUDA device: the forward's inputs as they are after it, back into
+        the arena for the trusted side's mutation check."""
+        for v, a in zip(views, args):
+            if isinstance(v, torch.Tensor) and v is not a and isinstance(a, torch.Tensor):
+                if a.shape == v.shape and a.dtype == v.dtype:
+                    v.copy_(a)
+                else:
+                    v.fill_(255 if v.dtype == torch.uint8 else 0)  # visibly changed
+
+    def store_output(self, i: int, j: int, leaf: Any) -> dict[str, Any]:
+        """Copies output j of set i into its arena slot; returns its description."""
+        meta = _describe(leaf)
+        if not isinstance(leaf, torch.Tensor):
+            meta["value"] = hu.number_repr(leaf) if isinstance(leaf, (bool, int, float)) \
+                else None
+            return meta
+        if type(leaf) not in (torch.Tensor, torch.nn.Parameter):
+            raise Failure("output_type",
+                          f"output {j} is a {type(leaf).__module__}.{type(leaf).__qualname__}, "
+                          "not a plain torch.Tensor: tensor subclasses (lazy or deferred "
+                          "outputs) are not accepted", {"output": j, "set": i})
+        slots = self.job["sets"][i]["outputs"]
+        meta["stored"] = False
+        if j < len(slots) and slots[j]["offset"] is not None and \
+                leaf.numel() * leaf.element_size() == int(slots[j]["nbytes"]):
+            assert self.arena is not None
+            self.arena.view(int(slots[j]["offset"]), leaf.dtype,
+                            tuple(leaf.shape)).copy_(leaf.detach())
+            meta["stored"] = True
+        return meta
+
     def verify_set(self, i: int) -> None:
-        inputs = torch.load(f"inputs_{i}.pt", weights_only=True)
-        inputs = [_to_device(x, self.device) for x in inputs]
-        args = [_clone(x) for x in inputs]
-        del inputs
+        views, args = self.set_inputs(i)
         _poison(self.device, self.job.get("poison_bytes", []))
         t0 = _perf_counter()
         try:
@@ -288,28 +330,21 @@ class Runner:
             leaves = hu.flatten_outputs(out)
         except TypeError as exc:
             raise Failure("output_type", str(exc), {"set": i})
-        meta = [_describe(x) for x in leaves]
         try:
-            payload = {
-                "outputs": [_plain_cpu(x, j) for j, x in enumerate(leaves)],
-                "inputs_after": [_plain_cpu(x, j) for j, x in enumerate(args)],
-            }
-        except Failure as f:
-            f.details["set"] = i
+            meta = [self.store_output(i, j, x) for j, x in enumerate(leaves)]
+            self.store_inputs(views, args)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        except Failure:
             raise
-        except BaseException as exc:  # noqa: BLE001  (copying back can surface CUDA errors)
+        except BaseException as exc:  # noqa: BLE001  (copying can surface CUDA errors)
             raise _fail_from(exc, "exception", f"copying the outputs of set {i} failed",
                              {"set": i})
-        name = f"outputs_{i}.pt"
-        torch.save(payload, name + ".tmp")
-        os.replace(name + ".tmp", name)
-        self.chan.send({"type": "set", "index": i, "file": name, "outputs": meta,
-                        "forward_ms": forward_ms})
+        self.chan.send({"type": "set", "index": i, "outputs": meta, "forward_ms": forward_ms})
 
     def time_forward(self) -> None:
         t = self.job["timing"]
-        inputs = torch.load(f"inputs_{int(t.get('set', 0))}.pt", weights_only=True)
-        inputs = [_to_device(x, self.device) for x in inputs]
+        _views, inputs = self.set_inputs(int(t.get("set", 0)))
         model = self.model
 
         def make_inputs() -> list[Any]:

@@ -30,6 +30,7 @@ if not sys.path or os.path.abspath(sys.path[0]) != _HERE:
 
 import timing  # noqa: E402
 import harness_util as hu  # noqa: E402
+import arena as ar  # noqa: E402
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
@@ -275,8 +276,9 @@ class InputSet:
     def __init__(self, index: int, kind: str, cpu: list[Any], device: torch.device):
         self.index = index          # the "seed_index" reported (never the seed itself)
         self.kind = kind            # "random" or "adversarial"
-        self.cpu = cpu              # what the candidate gets (written to a file)
         self.orig = [to_device(clone_arg(x), device) for x in cpu]  # pristine, never mutated
+        self.slots: list[dict[str, Any]] = []    # where its inputs lie in the arena
+        self.out_slots: list[dict[str, Any]] = []  # where the candidate puts its outputs
         self.ref: list[Any] = []    # reference leaves (float32 / the task's dtypes), on device
         self.ref64: list[Any] | None = None
         self.ref_mutated: list[int] = []  # inputs the reference itself modifies in place
@@ -539,13 +541,14 @@ def precision_record(j: int, got: torch.Tensor, ref: torch.Tensor,
             "ratio": cand_err / ref_err if ref_err > 0 else None, "ok": cand_err <= threshold}
 
 
-def check_set(s: InputSet, meta: Any, payload: Any, device: torch.device, atol: float,
-              rtol: float, precision: str) -> dict[str, Any]:
-    """Compares one set; returns its record; raises EvalError on the first failure."""
+def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device: torch.device,
+              atol: float, rtol: float, precision: str) -> dict[str, Any]:
+    """Compares one set: outs, the candidate's outputs (received_outputs), and after, its
+    inputs after the forward (arena_inputs). Returns the set's record; raises EvalError on the
+    first failure."""
     record: dict[str, Any] = {"seed_index": s.index, "kind": s.kind, "ok": False,
                               "max_abs_diff": None, "mismatches": 0, "first_mismatches": [],
                               "outputs": []}
-    outs = payload["outputs"]
     if len(outs) != len(s.ref):
         raise EvalError("output_type", f"input set {s.index}: ModelNew returned {len(outs)} "
                                        f"output(s), Model returns {len(s.ref)}",
@@ -600,7 +603,6 @@ def check_set(s: InputSet, meta: Any, payload: Any, device: torch.device, atol: 
         raise EvalError("mismatch", msg, {"set": s.index, "record": record})
 
     # Inputs: compared with this side's pristine copies.
-    after = payload["inputs_after"]
     if len(after) != len(s.orig):
         raise EvalError("protocol", f"input set {s.index}: the candidate sent back "
                                     f"{len(after)} inputs, not {len(s.orig)}", {"set": s.index})
@@ -868,49 +870,85 @@ def exit_description(rc: int) -> str:
     return f"exited with status {rc}"
 
 
-def load_candidate_file(job_dir: str, name: Any, expected: str, max_bytes: int) -> Any:
-    """torch.load(weights_only=True) of a file the candidate wrote, with size and type checks."""
-    if name != expected:
-        raise EvalError("protocol", f"the candidate named its output file {name!r}, expected "
-                                    f"{expected!r}")
-    path = os.path.join(job_dir, expected)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        raise EvalError("protocol", f"cannot open the candidate's {expected}: {exc}")
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise EvalError("protocol", f"the candidate's {expected} is not a regular file")
-        if st.st_size > max_bytes:
-            raise EvalError("protocol", f"the candidate's {expected} is {st.st_size} bytes, "
-                                        f"more than the {max_bytes} its outputs can need")
+def input_value(x: Any, s_index: int, k: int) -> Any:
+    """A non-tensor input as it travels in job.json."""
+    if x is None or isinstance(x, (bool, int, str)) or \
+            (isinstance(x, float) and math.isfinite(x)):
+        return x
+    raise EvalError("task_error", f"get_inputs() item {k} is a {type(x).__name__}: inputs "
+                                  "must be tensors, finite numbers, strings or None",
+                    {"set": s_index, "input": k}, stage="setup")
+
+
+def lay_out(sets: list[InputSet]) -> int:
+    """Gives every set's tensor inputs and Model-shaped outputs a slot in the arena (outputs
+    sized from the set's reference); returns the arena's size."""
+    layout = ar.Layout()
+    for s in sets:
+        s.slots = [{"kind": "tensor", "offset": layout.take(nbytes(x)), "dtype": str(x.dtype),
+                    "shape": list(x.shape)} if isinstance(x, torch.Tensor) else
+                   {"kind": "value", "value": input_value(x, s.index, k)}
+                   for k, x in enumerate(s.orig)]
+        s.out_slots = [{"offset": layout.take(nbytes(r)), "nbytes": nbytes(r)}
+                       if isinstance(r, torch.Tensor) else {"offset": None, "nbytes": 0}
+                       for r in s.ref]
+    return layout.size
+
+
+def arena_inputs(arena: ar.Arena, s: InputSet) -> list[Any]:
+    """The set's inputs as the candidate sees them: views of the arena (values as they are)."""
+    return [arena.view(slot["offset"], x.dtype, tuple(x.shape))
+            if slot["kind"] == "tensor" else x for slot, x in zip(s.slots, s.orig)]
+
+
+def fill_inputs(arena: ar.Arena, s: InputSet, device: torch.device) -> None:
+    for view, x in zip(arena_inputs(arena, s), s.orig):
+        if isinstance(x, torch.Tensor):
+            view.copy_(x)
+    sync(device)
+
+
+def number_value(v: Any) -> Any:
+    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+        return float(v)
+    if v is None or isinstance(v, (bool, int, float)):
+        return v
+    raise EvalError("protocol", f"the candidate reported a {type(v).__name__} as a number")
+
+
+def received_outputs(arena: ar.Arena, s: InputSet, meta: Any) -> list[Any]:
+    """The candidate's outputs for set s, copied out of the arena into this process's memory
+    (on the reference's device) from the metadata it reported. An output whose shape or dtype
+    differs from Model's comes back as a tensor on the "meta" device: no data, enough for
+    check_set to say what differs."""
+    if not isinstance(meta, list):
+        raise EvalError("protocol", f"input set {s.index}: the candidate's output report is "
+                                    "not a list", {"set": s.index})
+    outs: list[Any] = []
+    for j, m in enumerate(meta):
+        kind = m.get("kind") if isinstance(m, dict) else None
+        if kind == "number":
+            outs.append(number_value(m.get("value")))
+            continue
+        if kind != "tensor":
+            raise EvalError("protocol", f"input set {s.index}: output {j} is reported as "
+                                        f"{kind!r}", {"set": s.index, "output": j})
         try:
-            payload = torch.load(f, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise EvalError("protocol", f"the candidate's {expected} cannot be loaded safely: "
-                                        f"{type(exc).__name__}: {hu.cap(str(exc), 512)}")
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-    if not isinstance(payload, dict) or not isinstance(payload.get("outputs"), list) or \
-            not isinstance(payload.get("inputs_after"), list):
-        raise EvalError("protocol", f"the candidate's {expected} has the wrong structure")
-    for key in ("outputs", "inputs_after"):
-        items = []
-        for x in payload[key]:
-            if isinstance(x, torch.nn.Parameter):
-                x = x.data
-            if isinstance(x, torch.Tensor) and type(x) is not torch.Tensor:
-                raise EvalError("output_type", f"the candidate's {key} hold a "
-                                               f"{type(x).__name__}, not a plain tensor")
-            if not isinstance(x, (torch.Tensor, bool, int, float)):
-                raise EvalError("output_type", f"the candidate's {key} hold a "
-                                               f"{type(x).__name__}")
-            items.append(x)
-        payload[key] = items
-    return payload
+            dtype = ar.dtype_from_name(m.get("dtype"))
+            shape = ar.shape_from_list(m.get("shape"))
+        except ar.ArenaError as exc:
+            raise EvalError("protocol", f"input set {s.index}: output {j}: {exc}",
+                            {"set": s.index, "output": j})
+        r = s.ref[j] if j < len(s.ref) else None
+        if not isinstance(r, torch.Tensor) or tuple(r.shape) != shape or r.dtype != dtype:
+            outs.append(torch.empty(shape, dtype=dtype, device="meta"))
+            continue
+        if m.get("stored") is not True:
+            raise EvalError("protocol", f"input set {s.index}: the candidate did not deliver "
+                                        f"output {j}", {"set": s.index, "output": j})
+        view = arena.view(s.out_slots[j]["offset"], dtype, shape)
+        outs.append(view.to(r.device, copy=True))
+    return outs
 
 
 def nbytes(x: Any) -> int:
@@ -1095,6 +1133,7 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
     device = torch.device(opts.device)
     job_dir: str | None = None
     cand: CandidateProcess | None = None
+    arena: ar.Arena | None = None
     prefetch: SetPrefetch | None = getattr(opts, "prefetch", None)
     prefetch_next: tuple | None = None
     if prefetch is not None:
@@ -1141,7 +1180,9 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             post.index, post.kind = len(sets), "post-timing"
         result["verification"]["adversarial"] = adv_info
         result["verification"]["n_adversarial"] = sum(1 for s in sets if s.kind == "adversarial")
-        compute_reference(model, sets[0], device)  # sizes for poisoning and file limits
+        all_sets = sets + ([post] if post is not None else [])
+        for s in all_sets:  # fast on a GPU; sizes the output slots and the poisoning
+            compute_reference(model, s, device)
         elapsed["setup"] = time.monotonic() - t_start
 
         # -- the candidate's directory and process (pre-warmed when a pool has one)
@@ -1155,9 +1196,15 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             os.chmod(job_dir, 0o700)
         torch.save([cpu_copy(x) for x in init_inputs], os.path.join(job_dir, "init_inputs.pt"))
         torch.save(state, os.path.join(job_dir, "state_dict.pt"))
-        all_sets = sets + ([post] if post is not None else [])
-        for s in all_sets:
-            torch.save(s.cpu, os.path.join(job_dir, f"inputs_{s.index}.pt"))
+        arena_bytes = lay_out(all_sets)
+        arena, why_not_ipc = ar.create(arena_bytes, device, job_dir)
+        result["verification"]["transport"] = {"kind": arena.kind, "bytes": arena.size}
+        if why_not_ipc is not None:
+            result["verification"]["transport"]["cuda_ipc_unavailable"] = \
+                hu.cap(why_not_ipc, 512)
+            log(f"CUDA IPC unavailable ({why_not_ipc}); tensors go through a shared file")
+        for s in sets:  # the post-timing set is written only once the timing is over
+            fill_inputs(arena, s, device)
         out_bytes = [nbytes(x) for x in sets[0].ref]
         ext_path = os.path.abspath(opts.so or opts.ext_module)
         job = {
@@ -1165,6 +1212,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             "extension": {"kind": "so" if opts.so else "py", "path": ext_path},
             "model_new": os.path.abspath(os.path.join(opts.candidate_dir, "model_new.py")),
             "n_sets": len(sets),
+            "arena": arena.desc,
+            "sets": [{"inputs": s.slots, "outputs": s.out_slots} for s in all_sets],
             "post_timing_set": post.index if post is not None else None,
             "precision": opts.precision,
             "poison_bytes": out_bytes,
@@ -1180,10 +1229,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             cand = CandidateProcess(opts.python, job_dir, candidate_env(job_dir), opts.timeout)
         result["candidate"] = {"exit_code": None, "last_stage": None, "prewarmed": prewarmed}
 
-        # -- references for the other sets (while the candidate imports torch)
+        # -- float64 references (while the candidate starts)
         t_ref = time.monotonic()
-        for s in all_sets[1:]:
-            compute_reference(model, s, device)
         model64 = None
         why64 = None
         try:
@@ -1199,10 +1246,6 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         mutated = sorted({k for s in all_sets for k in s.ref_mutated})
         result["verification"]["reference_mutates_inputs"] = mutated
         elapsed["reference"] = time.monotonic() - t_ref
-        # The most an outputs file can legitimately hold (outputs + inputs), with room for
-        # pickling overhead.
-        max_file = 2 * max(sum(nbytes(x) for x in s.ref) + sum(nbytes(x) for x in s.orig)
-                           for s in all_sets) + (16 << 20)
 
         # -- verification: compare each set as it arrives
         result["stage"] = "verify"
@@ -1227,11 +1270,10 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                 if msg.get("index") != received or received >= len(sets):
                     raise EvalError("protocol", "the candidate reported input sets out of order")
                 s = sets[received]
-                payload = load_candidate_file(job_dir, msg.get("file"), f"outputs_{s.index}.pt",
-                                              max_file)
                 t_cmp = time.monotonic()
-                rec = check_set(s, msg.get("outputs"), payload, device, atol, rtol,
-                                opts.precision)
+                rec = check_set(s, msg.get("outputs"),
+                                received_outputs(arena, s, msg.get("outputs")),
+                                arena_inputs(arena, s), device, atol, rtol, opts.precision)
                 fwd = msg.get("forward_ms")
                 rec["forward_ms"] = fwd if isinstance(fwd, (int, float)) else None
                 result["verification"]["sets"].append(rec)
@@ -1280,17 +1322,21 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                         result["candidate"]["last_stage"] = str(msg.get("stage"))[:64]
                     elif mtype == "timing":
                         cand_stats = validate_stats(msg.get("stats"))
+                        if post is not None and cand_stats is not None:
+                            fill_inputs(arena, post, device)  # only now: unseen till timed
+                            cand.send("post")
                     elif mtype == "set" and post is not None and cand_stats is not None:
                         # The forward after timing, on a set it has not seen: same checks.
                         if msg.get("index") != post.index or post_rec is not None:
                             raise EvalError("protocol", "the candidate reported an unexpected "
                                                         "input set after timing",
                                             stage="timing")
-                        payload = load_candidate_file(job_dir, msg.get("file"),
-                                                      f"outputs_{post.index}.pt", max_file)
                         try:
-                            post_rec = check_set(post, msg.get("outputs"), payload, device,
-                                                 atol, rtol, opts.precision)
+                            post_rec = check_set(post, msg.get("outputs"),
+                                                 received_outputs(arena, post,
+                                                                  msg.get("outputs")),
+                                                 arena_inputs(arena, post), device, atol,
+                                                 rtol, opts.precision)
                         except EvalError as e:
                             e.message = ("after timing, on a fresh input set, the outputs no "
                                          "longer match (does the forward behave differently "
@@ -1387,6 +1433,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
     finally:
         if cand is not None:
             cand.kill()
+        if arena is not None:
+            arena.close()  # after the candidate is gone
         if prefetch is not None and prefetch_next is not None:
             prefetch.start(*prefetch_next)
         if job_dir is not None and not opts.keep_temp:

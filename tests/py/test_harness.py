@@ -553,8 +553,7 @@ def test_candidate_sees_no_reference_outputs_or_seeds(tmp_path):
     run = evaluate(tmp_path, new=model_new(body), args=["--no-timing"])
     assert run.rc == 0, run
     seen = json.loads(listing.read_text())
-    allowed = {"job.json", "init_inputs.pt", "state_dict.pt"}
-    allowed |= {f"inputs_{i}.pt" for i in range(6)} | {f"outputs_{i}.pt" for i in range(6)}
+    allowed = {"job.json", "init_inputs.pt", "state_dict.pt", "arena.bin"}
     assert set(seen["names"]) <= allowed, seen
     assert "seed" not in json.dumps(seen["job"]).lower(), seen
 
@@ -797,8 +796,8 @@ def test_prewarmed_candidate_protocol(tmp_path):
     sets = [m for m in messages if m["type"] == "set"]
     assert sets[0]["outputs"] == [{"kind": "tensor", "shape": [16, 37],
                                    "dtype": "torch.float32", "device": "cpu",
-                                   "type": "torch.Tensor"}]
-    assert (job_dir / "outputs_5.pt").is_file()
+                                   "type": "torch.Tensor", "stored": True}]
+    assert (job_dir / "arena.bin").is_file()
 
 
 def test_candidate_that_changes_once_timed_fails(tmp_path):
@@ -827,3 +826,76 @@ def test_post_timing_check_is_recorded(tmp_path):
     post = run.result["verification"]["post_timing"]
     assert post["ok"] is True
     assert len(run.result["verification"]["sets"]) == 6  # the post-timing set is not one of them
+
+
+def test_post_timing_inputs_reach_the_arena_only_after_timing(tmp_path):
+    # A candidate that scans the shared memory for the post-timing set's inputs (to compute
+    # its answer ahead, while it still behaves) finds nothing there until the timing is over.
+    record = tmp_path / "seen.json"
+    body = f"""
+    import json, os
+    job = json.load(open("job.json"))
+    slot = job["sets"][job["post_timing_set"]]["inputs"][0]
+    with open("arena.bin", "rb") as f:
+        f.seek(slot["offset"])
+        region = f.read(x.numel() * x.element_size())
+    seen = json.load(open({str(record)!r})) if os.path.exists({str(record)!r}) else []
+    json.dump(seen + [any(region)], open({str(record)!r}, "w"))
+    return cuda_extension.affine(x, self.weight, self.bias, self.scale)
+    """
+    run = evaluate(tmp_path, new=model_new(body), args=["--budget-ms", "50"])
+    assert run.rc == 0, run
+    assert run.result["verification"]["transport"]["kind"] == "mmap"
+    seen = json.loads(record.read_text())
+    assert len(seen) > 7 and seen[-1] is True and not any(seen[:-1]), seen
+
+
+def test_received_outputs_checks_what_the_candidate_reports(tmp_path):
+    s = ev.InputSet(0, "random", [torch.ones(4, 3)], torch.device("cpu"))
+    s.ref = [torch.ones(4, 3), 2.5]
+    ev.lay_out([s])
+    arena, why = ev.ar.create(1 << 12, torch.device("cpu"), str(tmp_path))
+    try:
+        assert why is None and arena.kind == "mmap"
+        arena.view(s.out_slots[0]["offset"], torch.float32, (4, 3)).fill_(7.0)
+        meta = {"kind": "tensor", "shape": [4, 3], "dtype": "torch.float32", "device": "cpu",
+                "stored": True}
+        got = ev.received_outputs(arena, s, [meta, {"kind": "number", "value": "nan"}])
+        assert torch.equal(got[0], torch.full((4, 3), 7.0)) and got[1] != got[1]
+        # A copy: later writes to the arena do not change what was received.
+        arena.view(s.out_slots[0]["offset"], torch.float32, (4, 3)).fill_(0.0)
+        assert float(got[0][0, 0]) == 7.0
+        # Another shape or dtype: a data-less tensor that check_set turns into a message.
+        other = ev.received_outputs(arena, s, [dict(meta, shape=[3, 4], stored=False)])[0]
+        assert other.device.type == "meta" and tuple(other.shape) == (3, 4)
+        with pytest.raises(ev.EvalError, match="shape"):
+            ev.check_set(s, None, [other, 2.5], ev.arena_inputs(arena, s),
+                         torch.device("cpu"), 1e-2, 1e-2, "strict")
+        bad = [
+            ([dict(meta, stored=False)], "did not deliver output 0"),
+            ([dict(meta, dtype="torch.nope")], "unknown dtype"),
+            ([dict(meta, dtype=7)], "not a string"),
+            ([dict(meta, shape=[-1, 3])], "not a list of sizes"),
+            ([dict(meta, kind="pickle")], "reported as 'pickle'"),
+            ([meta, {"kind": "number", "value": [1]}], "list as a number"),
+            ("nothing", "not a list"),
+        ]
+        for m, message in bad:
+            with pytest.raises(ev.EvalError, match=message) as info:
+                ev.received_outputs(arena, s, m)
+            assert info.value.kind == "protocol"
+    finally:
+        arena.close()
+
+
+def test_non_tensor_inputs_travel_as_values_and_odd_ones_are_refused():
+    s = ev.InputSet(0, "random", [torch.ones(2), 3, 0.5, None, "mode"], torch.device("cpu"))
+    s.ref = [torch.ones(2)]
+    ev.lay_out([s])
+    assert [x["kind"] for x in s.slots] == ["tensor", "value", "value", "value", "value"]
+    assert [x.get("value") for x in s.slots[1:]] == [3, 0.5, None, "mode"]
+    for odd in (float("nan"), [1, 2], object()):
+        t = ev.InputSet(0, "random", [odd], torch.device("cpu"))
+        with pytest.raises(ev.EvalError) as info:
+            ev.lay_out([t])
+        assert info.value.kind == "task_error"
