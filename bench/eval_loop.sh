@@ -36,6 +36,12 @@ print(f"stage={r.get('stage')} ok={r.get('ok')} reward={rw.get('reward')} "
       f"stage_ms={ {k: round(v) for k, v in (r.get('stage_ms') or {}).items()} } "
       f"cached_units={cached}/{len(c.get('units', []))} "
       f"msg={(r.get('message') or '')[:160]!r}")
+h = r.get("harness") or {}
+el = h.get("elapsed_s") or {}
+tr = (h.get("verification") or {}).get("transport") or {}
+print(f"    harness_s={ {k: round(v, 3) for k, v in el.items()} } "
+      f"transport={tr.get('kind')} {tr.get('cuda_ipc_unavailable') or ''}"
+      f"prefetched={(h.get('verification') or {}).get('sets_prefetched')}")
 PY
 }
 run_eval() { # name workspace | name --task T --kernelbench-file F
