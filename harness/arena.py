@@ -28,6 +28,9 @@ import torch
 
 ALIGN = 256
 ARENA_FILE = "arena.bin"
+# "auto" (default): CUDA IPC for a CUDA device, falling back to a shared file; "mmap": always
+# the shared file.
+ARENA_ENV = "CUDA_AGENT_ARENA"
 _IPC_HANDLE_SIZE = 64
 _CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 
@@ -83,7 +86,19 @@ class _CAI:
 
 
 class _IpcHandle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * _IPC_HANDLE_SIZE)]
+    # Unsigned bytes: a c_char array field would read back as bytes cut at the first NUL.
+    _fields_ = [("reserved", ctypes.c_ubyte * _IPC_HANDLE_SIZE)]
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "_IpcHandle":
+        if len(data) != _IPC_HANDLE_SIZE:
+            raise ArenaError(f"a CUDA IPC handle is {_IPC_HANDLE_SIZE} bytes, not {len(data)}")
+        h = cls()
+        ctypes.memmove(ctypes.addressof(h), data, _IPC_HANDLE_SIZE)
+        return h
+
+    def to_bytes(self) -> bytes:
+        return bytes(self.reserved)
 
 
 class _Driver:
@@ -148,11 +163,10 @@ class _Driver:
     def export(self, ptr: int) -> bytes:
         h = _IpcHandle()
         self.check(self._get(ctypes.byref(h), ptr), "cuIpcGetMemHandle")
-        return bytes(h.reserved)
+        return h.to_bytes()
 
     def open(self, handle: bytes) -> int:
-        h = _IpcHandle()
-        ctypes.memmove(h.reserved, handle, _IPC_HANDLE_SIZE)
+        h = _IpcHandle.from_bytes(handle)
         ptr = ctypes.c_uint64()
         self.check(self._open(ctypes.byref(ptr), h, _CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
                    "cuIpcOpenMemHandle")
@@ -203,7 +217,12 @@ def create(nbytes: int, device: torch.device, job_dir: str) -> tuple[Arena, str 
     when a CUDA device had to fall back to a host mapping, the reason."""
     nbytes = align(max(nbytes, ALIGN))
     why = None
-    if device.type == "cuda":
+    choice = os.environ.get(ARENA_ENV, "auto")
+    if choice not in ("auto", "mmap"):
+        raise ArenaError(f"{ARENA_ENV}={choice!r}: expected auto or mmap")
+    if device.type == "cuda" and choice == "mmap":
+        why = f"{ARENA_ENV}=mmap"
+    elif device.type == "cuda":
         try:
             drv = _Driver.get()
             torch.cuda.set_device(device)

@@ -257,19 +257,28 @@ def heavy_tailed_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """
     if x.numel() == 0:
         return x.clone()
-    xd = x.detach().to("cpu", torch.float64)
+    xd = x.detach().to(torch.float64)
     scale = float(xd.std()) if x.numel() > 1 else 0.0
     if not math.isfinite(scale) or scale == 0.0:
         finite = xd[torch.isfinite(xd)]
         scale = float(finite.abs().max()) if finite.numel() else 0.0
     if not math.isfinite(scale) or scale == 0.0:
         scale = 1.0
-    z = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-    z = z * torch.exp(0.75 * torch.randn(x.shape, generator=gen, dtype=torch.float64))
+    z = torch.randn(x.shape, generator=gen, dtype=torch.float64, device=gen.device)
+    z = z * torch.exp(0.75 * torch.randn(x.shape, generator=gen, dtype=torch.float64,
+                                         device=gen.device))
     if z.numel() > 1:
         z = z / z.std().clamp_min(1e-12)
     z = (z * scale).clamp(-20.0 * scale, 20.0 * scale)
-    return z.to(x.dtype)
+    return z.to(x.device, x.dtype)
+
+
+def draw_inputs(task: Any, device: torch.device) -> list[Any]:
+    """get_inputs(), with the device as the default for the tensors it makes (drawing on the
+    GPU takes milliseconds where the CPU takes seconds for large inputs)."""
+    with torch.device(device):
+        raw = as_list(task_call("get_inputs()", task.get_inputs), "get_inputs()")
+    return [x.detach() if isinstance(x, torch.Tensor) else x for x in raw]
 
 
 class InputSet:
@@ -289,16 +298,14 @@ def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device,
     sets: list[InputSet] = []
     for i in range(n_random):
         torch.manual_seed(secret_seed())
-        raw = as_list(task_call("get_inputs()", task.get_inputs), "get_inputs()")
-        sets.append(InputSet(i, "random", [cpu_copy(x) for x in raw], device))
+        sets.append(InputSet(i, "random", draw_inputs(task, device), device))
     domains = input_domains(task)
     info: dict[str, Any] = {"inputs": [], "left_as_drawn": {}}
     for a in range(n_adv):
         seed = secret_seed()
         torch.manual_seed(seed)
-        raw = [cpu_copy(x) for x in
-               as_list(task_call("get_inputs()", task.get_inputs), "get_inputs()")]
-        gen = torch.Generator().manual_seed(seed ^ 0x5DEECE66D)
+        raw = draw_inputs(task, device)
+        gen = torch.Generator(device=device).manual_seed(seed ^ 0x5DEECE66D)
         changed = []
         for k, x in enumerate(raw):
             if not isinstance(x, torch.Tensor) or not x.is_floating_point():
@@ -1164,12 +1171,14 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         # that behaves differently once it is being timed (counting calls, say) is caught.
         n_draw = opts.seeds + (0 if opts.no_timing else 1)
         set_key = (task_sha, n_draw, opts.adversarial_sets, str(device))
+        t_draw = time.monotonic()
         got = prefetch.take(set_key) if prefetch is not None else None
         if got is not None:
             sets, adv_info = got
             log("input sets drawn ahead of time")
         else:
             sets, adv_info = draw_sets(task, n_draw, opts.adversarial_sets, device, log)
+        elapsed["setup_draw"] = time.monotonic() - t_draw
         result["verification"]["sets_prefetched"] = got is not None
         prefetch_next = (set_key, task, n_draw, opts.adversarial_sets, device)
         post: InputSet | None = None
@@ -1181,8 +1190,10 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         result["verification"]["adversarial"] = adv_info
         result["verification"]["n_adversarial"] = sum(1 for s in sets if s.kind == "adversarial")
         all_sets = sets + ([post] if post is not None else [])
+        t_ref32 = time.monotonic()
         for s in all_sets:  # fast on a GPU; sizes the output slots and the poisoning
             compute_reference(model, s, device)
+        elapsed["setup_reference"] = time.monotonic() - t_ref32
         elapsed["setup"] = time.monotonic() - t_start
 
         # -- the candidate's directory and process (pre-warmed when a pool has one)
@@ -1194,10 +1205,15 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         else:
             job_dir = tempfile.mkdtemp(prefix="cuda-agent-cand-", dir=opts.tmp_dir)
             os.chmod(job_dir, 0o700)
+        t_job = time.monotonic()
         torch.save([cpu_copy(x) for x in init_inputs], os.path.join(job_dir, "init_inputs.pt"))
         torch.save(state, os.path.join(job_dir, "state_dict.pt"))
         arena_bytes = lay_out(all_sets)
-        arena, why_not_ipc = ar.create(arena_bytes, device, job_dir)
+        try:
+            arena, why_not_ipc = ar.create(arena_bytes, device, job_dir)
+        except (ar.ArenaError, OSError) as exc:
+            raise EvalError("harness", f"cannot create the shared memory for the candidate: "
+                                       f"{exc}", stage="setup")
         result["verification"]["transport"] = {"kind": arena.kind, "bytes": arena.size}
         if why_not_ipc is not None:
             result["verification"]["transport"]["cuda_ipc_unavailable"] = \
@@ -1205,6 +1221,7 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             log(f"CUDA IPC unavailable ({why_not_ipc}); tensors go through a shared file")
         for s in sets:  # the post-timing set is written only once the timing is over
             fill_inputs(arena, s, device)
+        elapsed["job_files"] = time.monotonic() - t_job
         out_bytes = [nbytes(x) for x in sets[0].ref]
         ext_path = os.path.abspath(opts.so or opts.ext_module)
         job = {

@@ -82,3 +82,20 @@ def test_dtype_and_shape_parsing():
     for bad in ((2, 3), [True], [1.0], [-1], [1 << 50], list(range(65))):
         with pytest.raises(ar.ArenaError):
             ar.shape_from_list(bad)
+
+
+def test_ipc_handle_bytes_survive_nul_bytes():
+    data = bytes([0, 1, 0, 255] * 16)
+    assert ar._IpcHandle.from_bytes(data).to_bytes() == data
+    with pytest.raises(ar.ArenaError, match="64 bytes"):
+        ar._IpcHandle.from_bytes(data[:-1])
+
+
+def test_arena_choice_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(ar.ARENA_ENV, "mmap")
+    a, why = ar.create(512, torch.device("cpu"), str(tmp_path))
+    a.close()
+    assert a.kind == "mmap" and why is None
+    monkeypatch.setenv(ar.ARENA_ENV, "shm")
+    with pytest.raises(ar.ArenaError, match="expected auto or mmap"):
+        ar.create(512, torch.device("cpu"), str(tmp_path / "x"))
