@@ -92,6 +92,10 @@ def load_lines(path):
     return lines
 
 
+def val(v):
+    return "–" if v is None else v
+
+
 def num(v, fmt="%.1f"):
     return fmt % v if isinstance(v, (int, float)) and not isinstance(v, bool) else "–"
 
@@ -246,7 +250,7 @@ def summary(a):
         "device": a.device, "gpu": a.gpu or None, "cuda_agent": a.version,
         "torch": a.torch, "torch_cuda": a.torch_cuda, "nvcc": a.nvcc or None, "python": a.python,
         "task": a.task, "solution": a.solution,
-        "cache": {"dir": a.cache, "warm_at_start": bool(a.cache_warm)},
+        "cache": {"dir": a.cache, "used_before": bool(a.cache_used)},
         "evaluator_start_s": a.evaluator_start_s,
         "evaluator_log": evaluator_log_times(os.path.join(out, "evaluator.log")),
         "episode": {
@@ -259,6 +263,8 @@ def summary(a):
             "tool_ms": ftm.get("tool_ms"), "overhead_us_median": ftm.get("overhead_us_median"),
             "overhead_us_p99": ftm.get("overhead_us_p99"),
             "fsync_us_median": ftm.get("fsync_us_median"),
+            "scoring_ms": sum(x["elapsed_ms"] for x in (fin, best)
+                              if isinstance(x.get("elapsed_ms"), (int, float))) or None,
         },
         "turns": turns,
         "evaluations": evals,
@@ -296,11 +302,32 @@ def evaluator_log_times(path):
     return t
 
 
+# The harness's own parts worth showing (harness.md: elapsed_s), shortest names.
+HARNESS_PARTS = [("setup", "setup"), ("reference", "reference"), ("candidate_verify", "verify"),
+                 ("candidate_timing", "timing"), ("baselines", "baselines")]
+
+
 def stage_text(e):
-    st = e.get("stage_ms") or {}
-    parts = ["%s %s" % (k, num(v / 1000.0, "%.2f")) for k, v in st.items()
-             if isinstance(v, (int, float))]
-    return ", ".join(parts) or "–"
+    """'snapshot 0.02, policy 0.47, compile 54.14 (2 units, 0 cached), harness 12.60 (...)'."""
+    out = []
+    for k, v in (e.get("stage_ms") or {}).items():
+        if not isinstance(v, (int, float)):
+            continue
+        x = "%s %s" % (k, num(v / 1000.0, "%.2f"))
+        if k == "compile" and e.get("compile_units"):
+            x += " (%d units, %d cached)" % (e["compile_units"], e["compile_units_cached"])
+        if k == "harness" and isinstance(e.get("harness_s"), dict):
+            hs = e["harness_s"]
+            hp = ["%s %s" % (n, num(hs[h], "%.2f")) for h, n in HARNESS_PARTS
+                  if isinstance(hs.get(h), (int, float))]
+            # What the harness's own timers do not attribute (e.g. waiting for a candidate).
+            parts = [v for h, v in hs.items() if h != "total" and isinstance(v, (int, float))]
+            if isinstance(hs.get("total"), (int, float)) and hs["total"] - sum(parts) >= 0.01:
+                hp.append("unattributed %s" % num(hs["total"] - sum(parts), "%.2f"))
+            if hp:
+                x += " (%s)" % ", ".join(hp)
+        out.append(x)
+    return ", ".join(out) or "–"
 
 
 def markdown(s):
@@ -312,16 +339,18 @@ def markdown(s):
     w("%s on %s (%s CPUs); device **%s**%s; %s; torch %s (CUDA %s); nvcc %s.\n\n"
       % (s["date"], s["host"], s["cpus"], s["device"], " (%s)" % s["gpu"] if s["gpu"] else "",
          s["cuda_agent"], s["torch"], s["torch_cuda"], s["nvcc"] or "?"))
-    w("Task `%s`, solution `%s`. Evaluator cache `%s` (%s at start).\n\n"
-      % (s["task"], s["solution"], s["cache"]["dir"], "warm" if s["cache"]["warm_at_start"] else "cold"))
+    w("Task `%s`, solution `%s`. Evaluator cache `%s` (%s; the evaluator's start time shows "
+      "whether it held the precompiled header).\n\n"
+      % (s["task"], s["solution"], s["cache"]["dir"],
+         "used before" if s["cache"]["used_before"] else "new"))
     w("| | |\n|---|---|\n")
     w("| evaluator start (launch to socket) | %s s (toolchain + precompiled header %s s, runner %s s) |\n"
       % (num(s["evaluator_start_s"]), num((el.get("toolchain_ms") or 0) / 1000.0) if "toolchain_ms" in el else "–",
          num(el["runners_ms"] / 1000.0) if "runners_ms" in el else "–"))
     w("| episode wall time (`run`, scoring included) | %s s |\n" % num(ep["wall_s"]))
-    w("| agent loop wall / model / tools | %s / %s / %s s |\n"
-      % tuple(num((ep[k] or 0) / 1000.0, "%.2f") if ep[k] is not None else "–"
-              for k in ("loop_wall_ms", "model_ms", "tool_ms")))
+    w("| run wall (final line) / model / tools / scoring at the end | %s / %s / %s / %s s |\n"
+      % tuple(num(ep[k] / 1000.0, "%.2f") if isinstance(ep[k], (int, float)) else "–"
+              for k in ("loop_wall_ms", "model_ms", "tool_ms", "scoring_ms")))
     w("| loop overhead per turn (median / p99) | %s / %s µs |\n"
       % (num(ep["overhead_us_median"], "%d"), num(ep["overhead_us_p99"], "%d")))
     w("| stop reason, turns, evaluations recorded | %s, %s, %s |\n"
@@ -329,23 +358,27 @@ def markdown(s):
     w("| rewards: final / best / episode | %s / %s / **%s** |\n\n"
       % (s["rewards"]["final"], s["rewards"]["best"], s["rewards"]["reward"]))
 
-    w("## Turns\n\n| turn | tool | on | wall ms | exit | model ms | evals |\n|---|---|---|---|---|---|---|\n")
+    w("## Turns\n\nPer call its wall time; per turn the model's (the scripted server's) time, the loop's "
+      "own overhead and the evaluations recorded (seq).\n\n"
+      "| turn | tool | on | wall ms | exit | model ms | overhead µs | evals |\n"
+      "|---|---|---|---|---|---|---|---|\n")
     for t in s["turns"]:
         for i, x in enumerate(t["tools"] or [{"name": "(answer)", "target": "", "ms": None,
                                                "exit_code": None, "is_error": False}]):
             tgt = x["target"].replace("|", "\\|").replace("\n", " ")
             tgt = tgt if len(tgt) <= 48 else tgt[:45] + "..."
             exit_ = x["exit_code"] if x["exit_code"] is not None else ("error" if x["is_error"] else "")
-            w("| %s | %s | %s | %s | %s | %s | %s |\n"
-              % (t["turn"] if i == 0 else "", x["name"], "`%s`" % tgt if tgt else "", num(x["ms"]), exit_,
-                 num(t["model_ms"]) if i == 0 else "",
+            w("| %s | %s | %s | %s | %s | %s | %s | %s |\n"
+              % (t["turn"] if i == 0 else "", x["name"], "`%s`" % tgt if tgt else "", num(x["ms"]),
+                 exit_, num(t["model_ms"]) if i == 0 else "",
+                 num(t["overhead_us"], "%d") if i == 0 else "",
                  ", ".join(str(q) for q in t["evals"]) if i == 0 else ""))
     w("\n## Evaluations the agent ran\n\n"
       "| seq | turn | command | ok | stage | reward | wall s | stages (s) | eager ms | torch.compile ms | candidate ms | vs eager | vs compile |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for e in s["evaluations"]:
         w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n"
-          % (e["seq"], e["turn"], e["command"], e["record_ok"], e["stage"], e["reward"],
+          % (e["seq"], e["turn"], e["command"], val(e["record_ok"]), val(e["stage"]), val(e["reward"]),
              num((e["elapsed_ms"] or 0) / 1000.0, "%.2f") if e["elapsed_ms"] is not None else "–",
              stage_text(e), num(e["eager_ms"], "%.4f"), num(e["compile_ms"], "%.4f"),
              num(e["candidate_ms"], "%.4f"), num(e["speedup_vs_eager"], "%.2fx"),
@@ -358,7 +391,7 @@ def markdown(s):
         if name == "best" and e.get("seq") is not None:
             label += " (seq %s, %s)" % (e["seq"], e["command"])
         w("| %s | %s | %s | %s | %s | %s | %s | %s |\n"
-          % (label, e["reward"], e["stage"] or (e.get("error") or "–"),
+          % (label, val(e["reward"]), e["stage"] or (e.get("error") or "–"),
              num((e["elapsed_ms"] or 0) / 1000.0, "%.2f") if e["elapsed_ms"] is not None else "–",
              stage_text(e), num(e["candidate_ms"], "%.4f"), num(e["speedup_vs_eager"], "%.2fx"),
              num(e["speedup_vs_compile"], "%.2fx")))
@@ -397,7 +430,7 @@ def main():
     pm.add_argument("--episode-wall-s", type=float)
     pm.add_argument("--evaluator-alive", type=int, default=0)
     pm.add_argument("--cache", default="")
-    pm.add_argument("--cache-warm", type=int, default=0)
+    pm.add_argument("--cache-used", type=int, default=0)
     pm.add_argument("--version", default="")
     pm.add_argument("--torch", default="")
     pm.add_argument("--torch-cuda", default="")

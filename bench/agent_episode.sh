@@ -25,7 +25,9 @@
 # Environment:
 #   CUDA_AGENT_PYTHON         interpreter with PyTorch (default: .venv/bin/python3 of this
 #                             repository when present, else python3)
-#   CUDA_AGENT_CACHE_DIR      evaluator cache (default OUTDIR/cache: a cold start, measured)
+#   CUDA_AGENT_CACHE_DIR      evaluator cache (default the evaluator's own, ~/.cache/cuda-agent:
+#                             cold on a fresh machine, warm on the next run; kept out of
+#                             OUTDIR, it holds hundreds of MB)
 #   CUDA_AGENT_COMPILE_TIMEOUT  seconds per compiler run (default 900: slow machines)
 #   EVALUATOR_START_TIMEOUT   seconds to wait for the service's socket (default 900)
 #   EPISODE_TIMEOUT           the episode's --wall-clock in seconds (default 1800); scoring
@@ -121,10 +123,12 @@ done
 mkdir -p "$OUTDIR" || die 1 "cannot create OUTDIR '$OUTDIR'"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 [ -e "$OUTDIR/run" ] && die 2 "$OUTDIR/run exists (from an earlier episode): use a new OUTDIR or remove it"
-export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-$OUTDIR/cache}
-mkdir -p "$CUDA_AGENT_CACHE_DIR" || die 1 "cannot create the cache '$CUDA_AGENT_CACHE_DIR'"
-CACHE_WARM=0
-[ -d "$CUDA_AGENT_CACHE_DIR/compile" ] && CACHE_WARM=1
+# The evaluator's default (src/core/fs.c fs_cache_dir), made explicit so that it is recorded.
+export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cuda-agent}
+# Whether an earlier evaluation left a compile cache (the evaluator's start-up time says
+# whether the precompiled header for this toolchain was in it).
+CACHE_USED=0
+[ -d "$CUDA_AGENT_CACHE_DIR/compile" ] && CACHE_USED=1
 rm -f "$OUTDIR"/summary.json "$OUTDIR"/summary.md "$OUTDIR"/trajectory.jsonl "$OUTDIR"/fake_llm.port
 # Our own variables decide where the episode goes, not the caller's.
 unset CUDA_AGENT_EVALUATOR CUDA_AGENT_EVAL_DEVICE OPENAI_BASE_URL CUDA_AGENT_BASE_URL
@@ -158,7 +162,7 @@ trap 'echo "agent_episode: interrupted" >&2; exit 130' INT TERM
 
 echo "agent_episode: $VERSION; device $DEVICE${GPU_NAME:+ ($GPU_NAME)}; torch $TORCH_VERSION; nvcc ${NVCC_VERSION:-?}"
 echo "agent_episode: task $TASK, solution $SOL, out $OUTDIR"
-echo "agent_episode: cache $CUDA_AGENT_CACHE_DIR ($([ $CACHE_WARM = 1 ] && echo warm || echo cold))"
+echo "agent_episode: cache $CUDA_AGENT_CACHE_DIR ($([ $CACHE_USED = 1 ] && echo "used before" || echo new))"
 
 # ---- the scripted model's replies ----
 "$PY" "$REPO/bench/agent_episode.py" script "$SOL" >"$OUTDIR/script.json" ||
@@ -204,7 +208,7 @@ t_run0=$(now)
 # shellcheck disable=SC2086
 CUDA_AGENT_EVALUATOR=$SOCK timeout -k 30 $((2 * EPISODE_TIMEOUT)) \
     "$BIN" run --task "$TASK" --model scripted --base-url "$URL" --out "$OUTDIR/run" \
-    --device "$DEVICE" --max-turns 20 --request-timeout 60 --retries 0 \
+    --device "$DEVICE" --max-turns 20 --request-timeout 60 \
     --wall-clock "$EPISODE_TIMEOUT" --json ${RUN_FLAGS:-} >"$OUTDIR/run.json" 2>"$OUTDIR/run.log" &
 RUN_PID=$!
 wait "$RUN_PID"
@@ -222,7 +226,7 @@ kill -0 "$SVC_PID" 2>/dev/null && SVC_ALIVE=1
 "$PY" "$REPO/bench/agent_episode.py" summary "$OUTDIR" \
     --device "$DEVICE" --task "$TASK" --solution "$SOL" --run-rc "$RUN_RC" \
     --evaluator-start-s "$(secs "$t_svc0" "$t_svc1")" --episode-wall-s "$(secs "$t_run0" "$t_run1")" \
-    --evaluator-alive "$SVC_ALIVE" --cache "$CUDA_AGENT_CACHE_DIR" --cache-warm "$CACHE_WARM" \
+    --evaluator-alive "$SVC_ALIVE" --cache "$CUDA_AGENT_CACHE_DIR" --cache-used "$CACHE_USED" \
     --version "$VERSION" --torch "$TORCH_VERSION" --torch-cuda "$TORCH_CUDA" --gpu "$GPU_NAME" \
     --nvcc "${NVCC_VERSION:-}" --python "$PY"
 rc=$?
