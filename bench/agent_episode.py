@@ -47,7 +47,8 @@ def script(sol):
     writes = [{"name": "Write", "arguments": {"file_path": "kernels/" + k,
                                               "content": read("kernels/" + k)}}
               for k in kernels]
-    writes.append({"name": "Write", "arguments": {"file_path": "model_new.py", "content": model_new}})
+    writes.append({"name": "Write",
+                   "arguments": {"file_path": "model_new.py", "content": model_new}})
     steps = [
         {"content": "Reading the instructions and the skeleton.",
          "tool_calls": [{"name": "Read", "arguments": {"file_path": "SKILL.md"}},
@@ -117,8 +118,8 @@ def eval_summary(rep, elapsed_ms=None):
     comp = rep.get("compile") or {}
     units = comp.get("units") or []
 
-    def med(k):
-        return (t.get(k) or {}).get("median_ms") if isinstance(t.get(k), dict) else None
+    def stat(k, field):
+        return t[k].get(field) if isinstance(t.get(k), dict) else None
     return {
         "ok": rep.get("ok"), "stage": rep.get("stage"),
         "reward": (rep.get("reward") or {}).get("reward"),
@@ -128,8 +129,8 @@ def eval_summary(rep, elapsed_ms=None):
         "harness_s": h.get("elapsed_s"),
         "compile_units": len(units),
         "compile_units_cached": sum(1 for u in units if u.get("cached")),
-        "eager_ms": med("eager"), "compile_ms": med("compile"), "candidate_ms": med("candidate"),
-        "candidate_cv": (t.get("candidate") or {}).get("cv") if isinstance(t.get("candidate"), dict) else None,
+        "eager_ms": stat("eager", "median_ms"), "compile_ms": stat("compile", "median_ms"),
+        "candidate_ms": stat("candidate", "median_ms"), "candidate_cv": stat("candidate", "cv"),
         "baseline_cached": t.get("baseline_cached"),
         "speedup_vs_eager": t.get("speedup_vs_eager"),
         "speedup_vs_compile": t.get("speedup_vs_compile"),
@@ -236,7 +237,8 @@ def summary(a):
     check("final (broken) workspace scored below the best",
           isinstance(fin.get("reward"), int) and isinstance(best.get("reward"), int)
           and fin["reward"] < best["reward"],
-          "final %s (stage %s), best %s" % (fin.get("reward"), fin.get("stage"), best.get("reward")))
+          "final %s (stage %s), best %s"
+          % (fin.get("reward"), fin.get("stage"), best.get("reward")))
     check("episode reward is the best",
           best.get("reward") is not None and scoring["reward"] == best.get("reward"),
           "reward %s" % scoring["reward"])
@@ -272,7 +274,8 @@ def summary(a):
         "rewards": {"final": fin.get("reward"), "best": best.get("reward"),
                     "reward": scoring["reward"]},
         "checks": checks,
-        "files": {"trajectory": os.path.join(out, "trajectory.jsonl"), "run": os.path.join(out, "run"),
+        "files": {"trajectory": os.path.join(out, "trajectory.jsonl"),
+                  "run": os.path.join(out, "run"),
                   "run_json": os.path.join(out, "run.json") if run_json else None},
     }
     with open(os.path.join(out, "summary.json"), "w") as f:
@@ -282,7 +285,8 @@ def summary(a):
         f.write(markdown(summary))
     for c in checks:
         if not c["ok"]:
-            print("agent_episode: check failed: %s (%s)" % (c["check"], c["detail"]), file=sys.stderr)
+            print("agent_episode: check failed: %s (%s)" % (c["check"], c["detail"]),
+                  file=sys.stderr)
     print_short(summary)
     return 0 if summary["ok"] else 1
 
@@ -330,9 +334,21 @@ def stage_text(e):
     return ", ".join(out) or "–"
 
 
+def secs(ms, fmt="%.2f"):
+    """Milliseconds as seconds for the tables."""
+    return num(ms / 1000.0, fmt) if isinstance(ms, (int, float)) else "–"
+
+
+def row(*cells):
+    return "| " + " | ".join(str(c) for c in cells) + " |\n"
+
+
+def table_head(*names):
+    return row(*names) + row(*["---"] * len(names))
+
+
 def markdown(s):
-    ep = s["episode"]
-    el = s["evaluator_log"]
+    ep, el, rw = s["episode"], s["evaluator_log"], s["rewards"]
     o = []
     w = o.append
     w("# Agent episode with the evaluator: %s\n\n" % ("ok" if s["ok"] else "FAILED"))
@@ -343,58 +359,59 @@ def markdown(s):
       "whether it held the precompiled header).\n\n"
       % (s["task"], s["solution"], s["cache"]["dir"],
          "used before" if s["cache"]["used_before"] else "new"))
-    w("| | |\n|---|---|\n")
-    w("| evaluator start (launch to socket) | %s s (toolchain + precompiled header %s s, runner %s s) |\n"
-      % (num(s["evaluator_start_s"]), num((el.get("toolchain_ms") or 0) / 1000.0) if "toolchain_ms" in el else "–",
-         num(el["runners_ms"] / 1000.0) if "runners_ms" in el else "–"))
-    w("| episode wall time (`run`, scoring included) | %s s |\n" % num(ep["wall_s"]))
-    w("| run wall (final line) / model / tools / scoring at the end | %s / %s / %s / %s s |\n"
-      % tuple(num(ep[k] / 1000.0, "%.2f") if isinstance(ep[k], (int, float)) else "–"
-              for k in ("loop_wall_ms", "model_ms", "tool_ms", "scoring_ms")))
-    w("| loop overhead per turn (median / p99) | %s / %s µs |\n"
-      % (num(ep["overhead_us_median"], "%d"), num(ep["overhead_us_p99"], "%d")))
-    w("| stop reason, turns, evaluations recorded | %s, %s, %s |\n"
-      % (ep["stop_reason"], ep["turns"], ep["evals_recorded"]))
-    w("| rewards: final / best / episode | %s / %s / **%s** |\n\n"
-      % (s["rewards"]["final"], s["rewards"]["best"], s["rewards"]["reward"]))
+    w(table_head("", ""))
+    w(row("evaluator start (launch to socket)",
+          "%s s (toolchain + precompiled header %s s, runner %s s)"
+          % (num(s["evaluator_start_s"]), secs(el.get("toolchain_ms"), "%.1f"),
+             secs(el.get("runners_ms"), "%.1f"))))
+    w(row("episode wall time (`run`, scoring included)", "%s s" % num(ep["wall_s"])))
+    w(row("run wall (final line) / model / tools / scoring at the end",
+          "%s s" % " / ".join(secs(ep[k]) for k in ("loop_wall_ms", "model_ms", "tool_ms",
+                                                    "scoring_ms"))))
+    w(row("loop overhead per turn (median / p99)", "%s / %s µs"
+          % (num(ep["overhead_us_median"], "%d"), num(ep["overhead_us_p99"], "%d"))))
+    w(row("stop reason, turns, evaluations recorded", "%s, %s, %s"
+          % (ep["stop_reason"], ep["turns"], ep["evals_recorded"])))
+    w(row("rewards: final / best / episode", "%s / %s / **%s**"
+          % (rw["final"], rw["best"], rw["reward"])))
 
-    w("## Turns\n\nPer call its wall time; per turn the model's (the scripted server's) time, the loop's "
-      "own overhead and the evaluations recorded (seq).\n\n"
-      "| turn | tool | on | wall ms | exit | model ms | overhead µs | evals |\n"
-      "|---|---|---|---|---|---|---|---|\n")
+    w("\n## Turns\n\nPer call its wall time; per turn the model's (the scripted server's) time, "
+      "the loop's own overhead and the evaluations recorded (seq).\n\n")
+    w(table_head("turn", "tool", "on", "wall ms", "exit", "model ms", "overhead µs", "evals"))
+    answer = {"name": "(answer)", "target": "", "ms": None, "exit_code": None, "is_error": False}
     for t in s["turns"]:
-        for i, x in enumerate(t["tools"] or [{"name": "(answer)", "target": "", "ms": None,
-                                               "exit_code": None, "is_error": False}]):
+        for i, x in enumerate(t["tools"] or [answer]):
             tgt = x["target"].replace("|", "\\|").replace("\n", " ")
             tgt = tgt if len(tgt) <= 48 else tgt[:45] + "..."
-            exit_ = x["exit_code"] if x["exit_code"] is not None else ("error" if x["is_error"] else "")
-            w("| %s | %s | %s | %s | %s | %s | %s | %s |\n"
-              % (t["turn"] if i == 0 else "", x["name"], "`%s`" % tgt if tgt else "", num(x["ms"]),
-                 exit_, num(t["model_ms"]) if i == 0 else "",
-                 num(t["overhead_us"], "%d") if i == 0 else "",
-                 ", ".join(str(q) for q in t["evals"]) if i == 0 else ""))
-    w("\n## Evaluations the agent ran\n\n"
-      "| seq | turn | command | ok | stage | reward | wall s | stages (s) | eager ms | torch.compile ms | candidate ms | vs eager | vs compile |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            code = x["exit_code"]
+            if code is None:
+                code = "error" if x["is_error"] else ""
+            first = i == 0
+            w(row(t["turn"] if first else "", x["name"], "`%s`" % tgt if tgt else "",
+                  num(x["ms"]), code, num(t["model_ms"]) if first else "",
+                  num(t["overhead_us"], "%d") if first else "",
+                  ", ".join(str(q) for q in t["evals"]) if first else ""))
+
+    w("\n## Evaluations the agent ran\n\n")
+    w(table_head("seq", "turn", "command", "ok", "stage", "reward", "wall s", "stages (s)",
+                 "eager ms", "torch.compile ms", "candidate ms", "vs eager", "vs compile"))
     for e in s["evaluations"]:
-        w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n"
-          % (e["seq"], e["turn"], e["command"], val(e["record_ok"]), val(e["stage"]), val(e["reward"]),
-             num((e["elapsed_ms"] or 0) / 1000.0, "%.2f") if e["elapsed_ms"] is not None else "–",
-             stage_text(e), num(e["eager_ms"], "%.4f"), num(e["compile_ms"], "%.4f"),
-             num(e["candidate_ms"], "%.4f"), num(e["speedup_vs_eager"], "%.2fx"),
-             num(e["speedup_vs_compile"], "%.2fx")))
-    w("\n## Scoring at the end\n\n"
-      "| workspace | reward | stage | wall s | stages (s) | candidate ms | vs eager | vs compile |\n"
-      "|---|---|---|---|---|---|---|---|\n")
+        w(row(e["seq"], e["turn"], e["command"], val(e["record_ok"]), val(e["stage"]),
+              val(e["reward"]), secs(e["elapsed_ms"]), stage_text(e), num(e["eager_ms"], "%.4f"),
+              num(e["compile_ms"], "%.4f"), num(e["candidate_ms"], "%.4f"),
+              num(e["speedup_vs_eager"], "%.2fx"), num(e["speedup_vs_compile"], "%.2fx")))
+
+    w("\n## Scoring at the end\n\n")
+    w(table_head("workspace", "reward", "stage", "wall s", "stages (s)", "candidate ms",
+                 "vs eager", "vs compile"))
     for name, label in (("final", "final (broken)"), ("best", "best snapshot")):
         e = s["scoring"][name]
         if name == "best" and e.get("seq") is not None:
             label += " (seq %s, %s)" % (e["seq"], e["command"])
-        w("| %s | %s | %s | %s | %s | %s | %s | %s |\n"
-          % (label, val(e["reward"]), e["stage"] or (e.get("error") or "–"),
-             num((e["elapsed_ms"] or 0) / 1000.0, "%.2f") if e["elapsed_ms"] is not None else "–",
-             stage_text(e), num(e["candidate_ms"], "%.4f"), num(e["speedup_vs_eager"], "%.2fx"),
-             num(e["speedup_vs_compile"], "%.2fx")))
+        w(row(label, val(e["reward"]), e["stage"] or e.get("error") or "–", secs(e["elapsed_ms"]),
+              stage_text(e), num(e["candidate_ms"], "%.4f"), num(e["speedup_vs_eager"], "%.2fx"),
+              num(e["speedup_vs_compile"], "%.2fx")))
+
     w("\n## Checks\n\n")
     for c in s["checks"]:
         w("- %s %s%s\n" % ("ok" if c["ok"] else "**FAILED**", c["check"],
@@ -404,15 +421,15 @@ def markdown(s):
 
 
 def print_short(s):
-    ep = s["episode"]
-    print("agent_episode: evaluator start %s s; episode %s s (%s turns, stop %s); rewards final %s, best %s, episode %s"
+    ep, rw = s["episode"], s["rewards"]
+    print("agent_episode: evaluator start %s s; episode %s s (%s turns, stop %s); "
+          "rewards final %s, best %s, episode %s"
           % (num(s["evaluator_start_s"]), num(ep["wall_s"]), ep["turns"], ep["stop_reason"],
-             s["rewards"]["final"], s["rewards"]["best"], s["rewards"]["reward"]))
+             rw["final"], rw["best"], rw["reward"]))
     for e in s["evaluations"]:
         print("agent_episode:   eval %s %-7s ok=%s reward=%s wall=%ss vs eager %s vs compile %s"
-              % (e["seq"], e["command"], e["record_ok"], e["reward"],
-                 num((e["elapsed_ms"] or 0) / 1000.0, "%.2f"), num(e["speedup_vs_eager"], "%.2fx"),
-                 num(e["speedup_vs_compile"], "%.2fx")))
+              % (e["seq"], e["command"], e["record_ok"], e["reward"], secs(e["elapsed_ms"]),
+                 num(e["speedup_vs_eager"], "%.2fx"), num(e["speedup_vs_compile"], "%.2fx")))
 
 
 def main():

@@ -89,7 +89,8 @@ esac
 
 # ---- what the episode needs, checked up front with clear errors ----
 case $BIN in */*) ;; *) BIN=$(command -v -- "$BIN" || echo "$BIN") ;; esac
-{ [ -f "$BIN" ] && [ -x "$BIN" ]; } || die 69 "BIN '$BIN' is not an executable file (build it with 'make': build/cuda-agent)"
+{ [ -f "$BIN" ] && [ -x "$BIN" ]; } ||
+    die 69 "BIN '$BIN' is not an executable file (build it with 'make': build/cuda-agent)"
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 VERSION=$("$BIN" --version 2>&1) || die 69 "'$BIN --version' failed: $VERSION"
 # The interpreter the way the tests and bench scripts find it: $CUDA_AGENT_PYTHON, else the
@@ -98,33 +99,40 @@ PY=${CUDA_AGENT_PYTHON:-}
 if [ -z "$PY" ]; then
     if [ -x "$REPO/.venv/bin/python3" ]; then PY=$REPO/.venv/bin/python3; else PY=python3; fi
 fi
-command -v -- "$PY" >/dev/null || die 69 "no Python interpreter '$PY' (set CUDA_AGENT_PYTHON to one with PyTorch)"
+command -v -- "$PY" >/dev/null ||
+    die 69 "no Python interpreter '$PY' (set CUDA_AGENT_PYTHON to one with PyTorch)"
 PY=$(command -v -- "$PY")
 TORCH_INFO=$("$PY" -c '
 import sys, torch
 gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
 print(torch.__version__, torch.version.cuda or "-", int(torch.cuda.is_available()), gpu, sep="\t")
-' 2>&1) || die 69 "PyTorch is not importable by $PY (set CUDA_AGENT_PYTHON; scripts/setup.sh installs it in .venv): $(tail -1 <<<"$TORCH_INFO")"
+' 2>&1) || die 69 "PyTorch is not importable by $PY (set CUDA_AGENT_PYTHON; scripts/setup.sh" \
+    "installs it in .venv): $(tail -1 <<<"$TORCH_INFO")"
 IFS=$'\t' read -r TORCH_VERSION TORCH_CUDA HAVE_GPU GPU_NAME <<<"$TORCH_INFO"
 if [ "$DEVICE" = cuda ] && [ "$HAVE_GPU" != 1 ]; then
-    die 69 "--device cuda, but PyTorch $TORCH_VERSION ($PY) sees no CUDA GPU (use --device cpu without one)"
+    die 69 "--device cuda, but PyTorch $TORCH_VERSION ($PY) sees no CUDA GPU" \
+        "(use --device cpu without one)"
 fi
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-[ -x "$NVCC" ] || die 69 "no nvcc (on PATH or /usr/local/cuda/bin): the evaluator compiles kernels/*.cu with it"
+[ -x "$NVCC" ] ||
+    die 69 "no nvcc (on PATH or /usr/local/cuda/bin): the evaluator compiles kernels/*.cu with it"
 NVCC_VERSION=$("$NVCC" --version 2>/dev/null | sed -n 's/.*release \([^,]*\),.*/\1/p')
 export CUDA_AGENT_PYTHON=$PY
 export CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900}
 START_TIMEOUT=${EVALUATOR_START_TIMEOUT:-900}
 EPISODE_TIMEOUT=${EPISODE_TIMEOUT:-1800}
 for v in "$START_TIMEOUT" "$EPISODE_TIMEOUT"; do
-    [[ $v =~ ^[1-9][0-9]*$ ]] || die 2 "EVALUATOR_START_TIMEOUT and EPISODE_TIMEOUT are whole seconds, not '$v'"
+    [[ $v =~ ^[1-9][0-9]*$ ]] ||
+        die 2 "EVALUATOR_START_TIMEOUT and EPISODE_TIMEOUT are whole seconds, not '$v'"
 done
 
 mkdir -p "$OUTDIR" || die 1 "cannot create OUTDIR '$OUTDIR'"
 OUTDIR=$(cd "$OUTDIR" && pwd)
-[ -e "$OUTDIR/run" ] && die 2 "$OUTDIR/run exists (from an earlier episode): use a new OUTDIR or remove it"
+[ -e "$OUTDIR/run" ] &&
+    die 2 "$OUTDIR/run exists (from an earlier episode): use a new OUTDIR or remove it"
 # The evaluator's default (src/core/fs.c fs_cache_dir), made explicit so that it is recorded.
-export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/cuda-agent}
+CACHE_HOME=${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}
+export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-$CACHE_HOME/cuda-agent}
 # Whether an earlier evaluation left a compile cache (the evaluator's start-up time says
 # whether the precompiled header for this toolchain was in it).
 CACHE_USED=0
@@ -134,7 +142,9 @@ rm -f "$OUTDIR"/summary.json "$OUTDIR"/summary.md "$OUTDIR"/trajectory.jsonl "$O
 unset CUDA_AGENT_EVALUATOR CUDA_AGENT_EVAL_DEVICE OPENAI_BASE_URL CUDA_AGENT_BASE_URL
 
 now() { date +%s.%N; }
-secs() { "$PY" -c 'import sys; print("%.1f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$1" "$2"; }
+secs() { # start end -> seconds between them
+    "$PY" -c 'import sys; print("%.1f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$1" "$2"
+}
 
 # ---- clean-up: the processes this script started, by their ids ----
 SVC_PID='' SRV_PID='' RUN_PID=''
@@ -158,11 +168,13 @@ cleanup() {
     rm -f "$SOCK"
 }
 trap cleanup EXIT
-trap 'echo "agent_episode: interrupted" >&2; exit 130' INT TERM
+trap 'echo "agent_episode: interrupted (what was written is in $OUTDIR)" >&2; exit 130' INT TERM
 
-echo "agent_episode: $VERSION; device $DEVICE${GPU_NAME:+ ($GPU_NAME)}; torch $TORCH_VERSION; nvcc ${NVCC_VERSION:-?}"
+echo "agent_episode: $VERSION; device $DEVICE${GPU_NAME:+ ($GPU_NAME)};" \
+    "torch $TORCH_VERSION; nvcc ${NVCC_VERSION:-?}"
 echo "agent_episode: task $TASK, solution $SOL, out $OUTDIR"
-echo "agent_episode: cache $CUDA_AGENT_CACHE_DIR ($([ $CACHE_USED = 1 ] && echo "used before" || echo new))"
+echo "agent_episode: cache $CUDA_AGENT_CACHE_DIR" \
+    "($([ $CACHE_USED = 1 ] && echo "used before" || echo new))"
 
 # ---- the scripted model's replies ----
 "$PY" "$REPO/bench/agent_episode.py" script "$SOL" >"$OUTDIR/script.json" ||
@@ -183,11 +195,13 @@ while [ ! -S "$SOCK" ]; do
         rc=$?
         SVC_PID=
         tail -20 "$OUTDIR/evaluator.log" >&2
-        die "$([ $rc = 69 ] && echo 69 || echo 1)" "the evaluator exited ($rc) before listening (log: $OUTDIR/evaluator.log)"
+        die "$([ $rc = 69 ] && echo 69 || echo 1)" \
+            "the evaluator exited ($rc) before listening (log: $OUTDIR/evaluator.log)"
     fi
     [ $SECONDS -lt $deadline ] || {
         tail -20 "$OUTDIR/evaluator.log" >&2
-        die 1 "the evaluator did not listen within ${START_TIMEOUT} s (EVALUATOR_START_TIMEOUT; log: $OUTDIR/evaluator.log)"
+        die 1 "the evaluator did not listen within ${START_TIMEOUT} s" \
+            "(EVALUATOR_START_TIMEOUT; log: $OUTDIR/evaluator.log)"
     }
     sleep 0.1
 done
@@ -195,11 +209,16 @@ t_svc1=$(now)
 echo "agent_episode: evaluator ready in $(secs "$t_svc0" "$t_svc1") s"
 
 # ---- the scripted model server ----
-"$PY" "$REPO/tests/it/fake_llm.py" "$OUTDIR/script.json" "$OUTDIR/fake_llm.port" "$OUTDIR/fake_llm.log" \
-    2>"$OUTDIR/fake_llm.err" &
+"$PY" "$REPO/tests/it/fake_llm.py" "$OUTDIR/script.json" "$OUTDIR/fake_llm.port" \
+    "$OUTDIR/fake_llm.log" 2>"$OUTDIR/fake_llm.err" &
 SRV_PID=$!
-for _ in $(seq 200); do [ -s "$OUTDIR/fake_llm.port" ] && break; kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.05; done
-[ -s "$OUTDIR/fake_llm.port" ] || die 1 "the scripted model server did not start: $(tail -c 500 "$OUTDIR/fake_llm.err")"
+for _ in $(seq 200); do
+    [ -s "$OUTDIR/fake_llm.port" ] && break
+    kill -0 "$SRV_PID" 2>/dev/null || break
+    sleep 0.05
+done
+[ -s "$OUTDIR/fake_llm.port" ] ||
+    die 1 "the scripted model server did not start: $(tail -c 500 "$OUTDIR/fake_llm.err")"
 URL=http://127.0.0.1:$(cat "$OUTDIR/fake_llm.port")/v1
 
 # ---- the episode ----
@@ -218,14 +237,16 @@ t_run1=$(now)
 echo "agent_episode: run exited $RUN_RC after $(secs "$t_run0" "$t_run1") s"
 [ "$RUN_RC" = 124 ] || [ "$RUN_RC" = 137 ] &&
     echo "agent_episode: the run was killed after $((2 * EPISODE_TIMEOUT)) s (EPISODE_TIMEOUT)" >&2
-[ -f "$OUTDIR/run/trajectory.jsonl" ] && cp "$OUTDIR/run/trajectory.jsonl" "$OUTDIR/trajectory.jsonl"
+[ -f "$OUTDIR/run/trajectory.jsonl" ] &&
+    cp "$OUTDIR/run/trajectory.jsonl" "$OUTDIR/trajectory.jsonl"
 SVC_ALIVE=0
 kill -0 "$SVC_PID" 2>/dev/null && SVC_ALIVE=1
 
 # ---- summary and checks ----
 "$PY" "$REPO/bench/agent_episode.py" summary "$OUTDIR" \
     --device "$DEVICE" --task "$TASK" --solution "$SOL" --run-rc "$RUN_RC" \
-    --evaluator-start-s "$(secs "$t_svc0" "$t_svc1")" --episode-wall-s "$(secs "$t_run0" "$t_run1")" \
+    --evaluator-start-s "$(secs "$t_svc0" "$t_svc1")" \
+    --episode-wall-s "$(secs "$t_run0" "$t_run1")" \
     --evaluator-alive "$SVC_ALIVE" --cache "$CUDA_AGENT_CACHE_DIR" --cache-used "$CACHE_USED" \
     --version "$VERSION" --torch "$TORCH_VERSION" --torch-cuda "$TORCH_CUDA" --gpu "$GPU_NAME" \
     --nvcc "${NVCC_VERSION:-}" --python "$PY"
