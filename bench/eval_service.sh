@@ -64,6 +64,9 @@ for i in range(1, n + 1):
     walls.append(r.get("elapsed_ms"))
     base = t
 ok = [m for m in meds if isinstance(m, (int, float))]
+if not ok:
+    print(f"{name}: no evaluation was timed; rewards {rewards}")
+    sys.exit(0)
 cv = statistics.pstdev(ok) / statistics.mean(ok) if len(ok) > 1 else float("nan")
 e = (base.get("eager") or {}).get("median_ms")
 c = (base.get("compile") or {}).get("median_ms")

@@ -25,6 +25,7 @@ Messages go to the trusted side as JSON lines on fd N (see docs/internals/harnes
   {"type": "ready"}                                  (--prewarm only, before reading DIR)
   {"type": "stage", "stage": NAME}
   {"type": "set", "index": i, "outputs": [META...], "forward_ms": T}
+  {"type": "launches", "evidence": {...}}             (CUDA only, before "verified")
   {"type": "verified"}
   {"type": "timing", "stats": {...}}
   {"type": "failure", "kind": K, "message": M, "details": {...}}
@@ -183,6 +184,7 @@ class Runner:
         self.device = timing.resolve_device(job["device"])
         self.model: Any = None
         self.arena: ar.Arena | None = None
+        self.extension: Any = None
 
     def stage(self, name: str) -> None:
         self.chan.send({"type": "stage", "stage": name})
@@ -201,7 +203,7 @@ class Runner:
         self.stage("load_extension")
         ext = job["extension"]
         try:
-            _load_module("cuda_extension", ext["path"])
+            self.extension = _load_module("cuda_extension", ext["path"])
         except BaseException as exc:  # noqa: BLE001  (candidate code: anything can happen)
             raise _fail_from(exc, "import", "importing the extension cuda_extension failed")
 
@@ -250,6 +252,9 @@ class Runner:
         self.stage("verify")
         for i in range(int(job["n_sets"])):
             self.verify_set(i)
+        if self.device.type == "cuda" and job.get("launch_evidence", True):
+            self.stage("launch_evidence")
+            self.send_launch_evidence()
         self.chan.send({"type": "verified"})
 
         command = sys.stdin.readline().strip()
@@ -342,6 +347,24 @@ class Runner:
                              {"set": i})
         self.chan.send({"type": "set", "index": i, "outputs": meta, "forward_ms": forward_ms})
 
+    def send_launch_evidence(self) -> None:
+        """One more forward on input set 0 under the profiler: which GPU work ran inside the
+        extension's functions and which outside (timing.launch_evidence)."""
+        _views, inputs = self.set_inputs(0)
+        model = self.model
+
+        def forward(*args: Any) -> Any:
+            with torch.no_grad():
+                return model(*args)
+
+        try:
+            evidence = timing.launch_evidence(forward, lambda: [_clone(x) for x in inputs],
+                                              self.device, self.extension)
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "exception", "the forward raised while its kernel launches "
+                                               "were recorded")
+        self.chan.send({"type": "launches", "evidence": evidence})
+
     def time_forward(self) -> None:
         t = self.job["timing"]
         _views, inputs = self.set_inputs(int(t.get("set", 0)))
@@ -389,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     job_dir = args.job
     if args.prewarm:
         _init_device(timing.resolve_device(args.device))
+        timing.warm_profiler(args.device)
         chan.send({"type": "ready"})
         job_dir = sys.stdin.readline().strip()
     try:

@@ -89,6 +89,8 @@ ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "PYTHONPATH",
                    "MKL_NUM_THREADS")
 # Input domains whose inputs may be replaced by heavy-tailed mixed-sign values.
 ADVERSARIAL_DOMAINS = ("real",)
+# The least share of the forward's GPU time that must run inside the extension's functions.
+MIN_EXTENSION_SHARE = 0.25
 
 
 class EvalError(Exception):
@@ -877,6 +879,50 @@ def exit_description(rc: int) -> str:
     return f"exited with status {rc}"
 
 
+def check_launches(ev: Any) -> str | None:
+    """The launch-evidence defence: the candidate's own kernels must run and carry at least
+    MIN_EXTENSION_SHARE of the forward's GPU time (raises EvalError "launch_evidence").
+    Returns why the evidence is unavailable, or None when the check was made."""
+    if not isinstance(ev, dict):
+        raise EvalError("protocol", "the candidate sent no record of its kernel launches")
+    nums = {}
+    for key in ("extension_calls", "kernels", "extension_kernels", "total_us",
+                "extension_us"):
+        v = ev.get(key)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) \
+                or v < 0:
+            raise EvalError("protocol", f"the candidate's launch record has no valid {key}")
+        nums[key] = float(v)
+    if ev.get("error") or not ev.get("activities"):
+        # The profiler saw nothing at all (no CUPTI on this machine, or a forward that did no
+        # GPU work, which the output and post-timing checks judge): recorded, not a verdict.
+        return "the profiler recorded no GPU activity in the forward" if not ev.get("error") \
+            else f"the launch record is unusable: {hu.cap(str(ev['error']), 300)}"
+    top = [t for t in ev.get("top") or [] if isinstance(t, dict)]
+    outside = [f"{hu.cap(str(t.get('name')), 80)} ({t.get('us')} us)" for t in top
+               if not t.get("in_extension")][:3]
+    details = {"defence": "launch_evidence", "evidence": ev}
+    if nums["extension_calls"] == 0:
+        raise EvalError("launch_evidence", "the forward called no function of cuda_extension "
+                                           "while it was recorded (call your kernels as "
+                                           "cuda_extension.NAME(...) in forward)", details)
+    if nums["extension_kernels"] == 0:
+        what = f"{int(nums['kernels'])} kernel(s) ran outside it" + \
+            (f": {', '.join(outside)}" if outside else "")
+        raise EvalError("launch_evidence", f"no GPU kernel ran inside cuda_extension's "
+                                           f"functions during the forward ({what}); the "
+                                           "computation must be done by your kernels",
+                        details)
+    share = nums["extension_us"] / nums["total_us"] if nums["total_us"] > 0 else 1.0
+    if share < MIN_EXTENSION_SHARE:
+        raise EvalError("launch_evidence",
+                        f"your kernels account for {100 * share:.1f}% of the forward's GPU "
+                        f"time ({nums['extension_us']:.1f} of {nums['total_us']:.1f} us), less "
+                        f"than {100 * MIN_EXTENSION_SHARE:.0f}%; the rest ran in PyTorch "
+                        f"operators: {', '.join(outside) or '?'}", details)
+    return None
+
+
 def input_value(x: Any, s_index: int, k: int) -> Any:
     """A non-tensor input as it travels in job.json."""
     if x is None or isinstance(x, (bool, int, str)) or \
@@ -1297,6 +1343,9 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                 elapsed["compare"] = elapsed.get("compare", 0.0) + time.monotonic() - t_cmp
                 log(f"input set {s.index} ({s.kind}) ok")
                 received += 1
+            elif mtype == "launches":
+                evidence = msg.get("evidence")
+                result["verification"]["launches"] = evidence
             elif mtype == "verified":
                 if received != len(sets):
                     raise EvalError("protocol", f"the candidate claimed verification after "
@@ -1310,6 +1359,11 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                 raise EvalError("protocol", str(msg.get("message")))
         elapsed["candidate_verify"] = time.monotonic() - t_cand
 
+        if verified and device.type == "cuda":
+            why_none = check_launches(result["verification"].get("launches"))
+            if why_none is not None:
+                result["flags"].append({"kind": "launch_evidence_unavailable",
+                                        "message": why_none})
         precs = [p for r in result["verification"]["sets"] for p in r.get("precision", [])]
         if precs:
             result["verification"]["precision_observed"] = \

@@ -353,3 +353,105 @@ def finite_stats(stats: Any) -> bool:
         return False
     med = stats.get("median_ms")
     return isinstance(med, (int, float)) and _isfinite(med) and med >= 0
+
+
+EXTENSION_RANGE_PREFIX = "cuda_agent_ext::"
+_COPY_PREFIXES = ("Memcpy", "Memset")
+
+
+def warm_profiler(device: torch.device | str) -> None:
+    """Pays the profiler's first-use cost (CUPTI start-up) before any job arrives."""
+    device = resolve_device(device)
+    if device.type != "cuda":
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+        torch.ones(16, device=device).add_(1)
+        _synchronize(device)
+
+
+def launch_evidence(fn, make_inputs, device: torch.device, module: Any) -> dict[str, Any]:
+    """Which GPU work one call of fn does, and how much of it runs inside module's functions.
+
+    Every public callable of module (the candidate's extension) is replaced for this one call
+    by a wrapper that synchronises the device, opens a record_function range named
+    EXTENSION_RANGE_PREFIX + its name, calls it and synchronises again; the whole call runs
+    inside TIMED_CALL_RANGE, closed after a device-wide synchronize. A GPU activity (kernel,
+    copy, fill) that starts inside an extension range is the extension's, whatever stream it
+    ran on; the rest ran outside it (PyTorch operators called by the forward itself). The
+    originals are put back afterwards. Returns the totals, counts and the largest activities.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    originals: dict[str, Any] = {}
+
+    def wrap(name: str, f: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            _synchronize(device)
+            with record_function(EXTENSION_RANGE_PREFIX + name):
+                out = f(*args, **kwargs)
+                _synchronize(device)
+            return out
+        return wrapper
+
+    for name in dir(module):
+        f = getattr(module, name, None)
+        if name.startswith("_") or isinstance(f, type) or not callable(f):
+            continue
+        originals[name] = f
+        setattr(module, name, wrap(name, f))
+    try:
+        args = make_inputs()
+        _synchronize(device)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            with record_function(TIMED_CALL_RANGE):
+                fn(*args)
+                _synchronize(device)
+    finally:
+        for name, f in originals.items():
+            setattr(module, name, f)
+
+    call: tuple[float, float] | None = None
+    ext: list[tuple[float, float]] = []
+    acts: list[tuple[float, float, str]] = []
+    for ev in prof.events():
+        tr = ev.time_range
+        if ev.device_type == DeviceType.CUDA:
+            if ev.name == TIMED_CALL_RANGE or ev.name.startswith(EXTENSION_RANGE_PREFIX) or \
+                    getattr(ev, "is_user_annotation", False):
+                continue
+            acts.append((float(tr.start), float(tr.end), str(ev.name)))
+        elif ev.device_type == DeviceType.CPU:
+            if ev.name == TIMED_CALL_RANGE:
+                call = (float(tr.start), float(tr.end))
+            elif ev.name.startswith(EXTENSION_RANGE_PREFIX):
+                ext.append((float(tr.start), float(tr.end)))
+    out: dict[str, Any] = {"extension_calls": len(ext), "total_us": 0.0, "extension_us": 0.0,
+                           "kernels": 0, "extension_kernels": 0, "activities": 0}
+    if call is None:
+        out["error"] = "the profiler recorded no range for the call"
+        return out
+    per_name: dict[tuple[str, bool], list[float]] = {}
+    for start, end, name in acts:
+        if not call[0] <= start <= call[1]:
+            continue
+        us = max(0.0, end - start)
+        inside = any(a <= start <= b for a, b in ext)
+        is_kernel = not name.startswith(_COPY_PREFIXES)
+        out["activities"] += 1
+        out["total_us"] += us
+        out["kernels"] += is_kernel
+        if inside:
+            out["extension_us"] += us
+            out["extension_kernels"] += is_kernel
+        entry = per_name.setdefault((name, inside), [0.0, 0])
+        entry[0] += us
+        entry[1] += 1
+    top = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:10]
+    out["top"] = [{"name": name[:200], "in_extension": inside, "us": round(v[0], 3),
+                   "count": int(v[1])} for (name, inside), v in top]
+    out["extension_share"] = out["extension_us"] / out["total_us"] if out["total_us"] > 0 \
+        else None
+    return out

@@ -615,6 +615,23 @@ int eval_format(const json_t *r, struct buf *b)
     const char *msg = str(r, "message");
     if (*msg)
         e |= buf_addf(b, "%s failed:\n%s%s", stage, msg, msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+    const char *kind = str(json_object_get(h, "failure"), "kind");
+    if (*kind)
+        e |= buf_addf(b, "check that failed: %s\n", kind);
+    json_t *ev = json_object_get(json_object_get(h, "verification"), "launches");
+    if (json_is_object(ev) && json_number_value(json_object_get(ev, "total_us")) > 0)
+        e |= buf_addf(b,
+                      "kernels: %lld in your extension, %.0f%% of the forward's GPU time "
+                      "(%.1f of %.1f us)\n",
+                      (long long)json_integer_value(json_object_get(ev, "extension_kernels")),
+                      100.0 * json_number_value(json_object_get(ev, "extension_us")) /
+                          json_number_value(json_object_get(ev, "total_us")),
+                      json_number_value(json_object_get(ev, "extension_us")),
+                      json_number_value(json_object_get(ev, "total_us")));
+    size_t fi;
+    json_t *flag;
+    json_array_foreach(json_object_get(h, "flags"), fi, flag) e |=
+        buf_addf(b, "flag %s: %s\n", str(flag, "kind"), str(flag, "message"));
     json_t *t = json_object_get(h, "timing");
     if (t) {
         const char *names[] = {"eager", "compile", "candidate"};

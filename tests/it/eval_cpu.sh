@@ -66,6 +66,10 @@ assert "everything came from the cache" [ "$(field compile.link.cached)" = True 
 run "$CA" eval --server "$SOCK" --json "$PWD/wrong"
 expect "wrong output: reward -1" 1 '"kind": "mismatch"'
 assert "stage verify" [ "$(field stage)" = verify ]
+assert "in CPU mode the tensors travel through the shared file" \
+    [ "$(field harness.verification.transport.kind)" = mmap ]
+run "$CA" eval --server "$SOCK" "$PWD/wrong"
+expect "the text report names the check that failed" 1 "check that failed: mismatch"
 
 run "$CA" eval --server "$SOCK" --json "$PWD/crash"
 expect "segfault in the candidate is its own failure" 1 '"kind": "crash"'

@@ -899,3 +899,38 @@ def test_non_tensor_inputs_travel_as_values_and_odd_ones_are_refused():
         with pytest.raises(ev.EvalError) as info:
             ev.lay_out([t])
         assert info.value.kind == "task_error"
+
+
+def test_launch_evidence_verdicts():
+    def ev_(**kw):
+        base = {"extension_calls": 1, "kernels": 2, "extension_kernels": 1, "total_us": 100.0,
+                "extension_us": 90.0, "activities": 2,
+                "top": [{"name": "my_kernel", "in_extension": True, "us": 90.0},
+                        {"name": "at::native::fill", "in_extension": False, "us": 10.0}]}
+        base.update(kw)
+        return base
+
+    assert ev.check_launches(ev_()) is None
+    assert ev.check_launches(ev_(extension_us=25.0)) is None  # exactly the least share
+    cases = [
+        (ev_(extension_calls=0, extension_kernels=0, extension_us=0.0),
+         "called no function of cuda_extension"),
+        (ev_(extension_kernels=0, extension_us=0.0), "no GPU kernel ran inside"),
+        (ev_(extension_us=10.0), "account for 10.0% of the forward's GPU time"),
+    ]
+    for record, message in cases:
+        with pytest.raises(ev.EvalError, match=message) as info:
+            ev.check_launches(record)
+        assert info.value.kind == "launch_evidence"
+        assert info.value.details["defence"] == "launch_evidence"
+        assert info.value.details["evidence"] is record
+    assert "at::native::fill" in str(pytest.raises(
+        ev.EvalError, ev.check_launches, ev_(extension_us=10.0)).value)
+    # Nothing recorded at all: no verdict, a reason instead.
+    assert "no GPU activity" in ev.check_launches(ev_(activities=0, kernels=0, total_us=0.0,
+                                                      extension_us=0.0, extension_kernels=0))
+    assert "unusable" in ev.check_launches(ev_(error="no range"))
+    for bad in (None, ev_(kernels=-1), ev_(total_us=float("nan")), ev_(extension_calls=True)):
+        with pytest.raises(ev.EvalError) as info:
+            ev.check_launches(bad)
+        assert info.value.kind == "protocol"

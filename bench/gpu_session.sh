@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# bench/gpu_session.sh - everything that needs a GPU, in one go, on a machine with one or two
+# GPUs: the arena check, then the evaluator benchmark (bench/eval_service.sh) on the first GPU
+# and CPUs, beside the GPU test suite (tests/gpu) and the agent episode
+# (bench/agent_episode.sh) on the second GPU and the other CPUs (or after the benchmark when
+# there is one GPU). Results and logs go to OUT_DIR, a summary to stdout.
+#
+#   bash bench/gpu_session.sh CUDA_AGENT_BINARY OUT_DIR
+#   env: BENCH_TIMEOUT (540 s), SUITE_TIMEOUT (540 s), REPEATS, CLIENTS, JOBS (eval_service.sh)
+set -u
+CA=${1:?usage: gpu_session.sh CUDA_AGENT_BINARY OUT_DIR}
+OUT=${2:?usage: gpu_session.sh CUDA_AGENT_BINARY OUT_DIR}
+mkdir -p "$OUT"
+CA=$(cd "$(dirname "$CA")" && pwd)/$(basename "$CA")
+export CA_BIN=$CA
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+ncpu=$(nproc)
+echo "GPUs: $ngpu, CPUs: $ncpu"
+nvidia-smi --query-gpu=index,name,clocks.sm,clocks.max.sm,memory.used --format=csv
+
+echo "== arena (CUDA IPC across processes)"
+if ! CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m pytest -q -p no:cacheprovider \
+        tests/gpu/test_arena_ipc.py >"$OUT/arena.log" 2>&1; then
+    tail -30 "$OUT/arena.log"
+    echo "CUDA IPC failed: the rest runs with CUDA_AGENT_ARENA=mmap"
+    export CUDA_AGENT_ARENA=mmap
+else
+    tail -1 "$OUT/arena.log"
+fi
+
+half=$((ncpu / 2))
+suite() { # gpu cpus
+    CUDA_VISIBLE_DEVICES=$1 CUDA_AGENT_CACHE_DIR=/tmp/ca-cache-suite taskset -c "$2" \
+        timeout "${SUITE_TIMEOUT:-540}" bash -c '
+        bash bench/agent_episode.sh "$CA_BIN" "$0/episode" >"$0/episode.log" 2>&1
+        echo "episode rc=$?" >>"$0/suite-status"
+        python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_adversarial.py \
+            >"$0/adversarial.log" 2>&1
+        echo "adversarial rc=$?" >>"$0/suite-status"
+        python3 -m pytest -q -p no:cacheprovider -rs tests/gpu \
+            --ignore=tests/gpu/test_adversarial.py >"$0/gpu-suite.log" 2>&1
+        echo "gpu-suite rc=$?" >>"$0/suite-status"' "$OUT"
+}
+bench() { # gpu cpus
+    CUDA_VISIBLE_DEVICES=$1 CUDA_AGENT_CACHE_DIR=/tmp/ca-cache-bench taskset -c "$2" \
+        timeout "${BENCH_TIMEOUT:-540}" bash bench/eval_service.sh "$CA" "$OUT/service" \
+        >"$OUT/service.log" 2>&1
+    echo "bench rc=$?" >>"$OUT/suite-status"
+}
+if [ "$ngpu" -ge 2 ]; then
+    suite 1 "$half-$((ncpu - 1))" &
+    bench 0 "0-$((half - 1))"
+    wait
+else
+    bench 0 "0-$((ncpu - 1))"
+    suite 0 "0-$((ncpu - 1))"
+fi
+cat "$OUT/suite-status"
+echo "== benchmark"; grep -v "^evaluate:" "$OUT/service.log" | cut -c1-330 | tail -60
+echo "== adversarial"; tail -25 "$OUT/adversarial.log" 2>/dev/null | cut -c1-300
+echo "== gpu suite"; tail -25 "$OUT/gpu-suite.log" 2>/dev/null | cut -c1-300
+echo "== episode"; cat "$OUT/episode/summary.md" 2>/dev/null | head -60 || tail -20 "$OUT/episode.log"
