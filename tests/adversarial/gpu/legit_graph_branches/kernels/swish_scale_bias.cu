@@ -39,7 +39,9 @@ struct Branch {
     cudaKernelNodeParams params;
 };
 
+/* The graph is kept: its nodes name the executable graph's nodes when parameters change. */
 struct Graph {
+    cudaGraph_t graph;
     cudaGraphExec_t exec;
     cudaGraphNode_t node[2];
     Branch branch[2];
@@ -76,14 +78,17 @@ void set_branch(Branch &b, const float *x, const float *bias, float *out, int64_
 
 cudaError_t build(Graph &gr)
 {
-    cudaGraph_t graph = nullptr;
-    cudaError_t e = cudaGraphCreate(&graph, 0);
+    cudaError_t e = cudaGraphCreate(&gr.graph, 0);
     for (int k = 0; k < 2 && e == cudaSuccess; k++)
-        e = cudaGraphAddKernelNode(&gr.node[k], graph, nullptr, 0, &gr.branch[k].params);
+        e = cudaGraphAddKernelNode(&gr.node[k], gr.graph, nullptr, 0, &gr.branch[k].params);
     if (e == cudaSuccess)
-        e = cudaGraphInstantiate(&gr.exec, graph, 0);
-    if (graph != nullptr)
-        cudaGraphDestroy(graph);
+        e = cudaGraphInstantiate(&gr.exec, gr.graph, 0);
+    if (e != cudaSuccess) {
+        if (gr.graph != nullptr)
+            cudaGraphDestroy(gr.graph);
+        gr.graph = nullptr;
+        gr.exec = nullptr;
+    }
     return e;
 }
 
