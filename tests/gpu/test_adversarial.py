@@ -56,11 +56,12 @@ SERVICE_START_S = 900  # toolchain discovery, the precompiled header, runners im
 
 def _say(config, line: str) -> None:
     """A progress line on the terminal, past pytest's output capture."""
-    tr = config.pluginmanager.get_plugin("terminalreporter")
-    if tr is not None:
-        tr.write_line(line)
-    else:
-        print(line, file=sys.__stderr__, flush=True)
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if capture is None:
+        print(line, file=sys.stderr, flush=True)
+        return
+    with capture.global_and_fixture_disabled():
+        print(line, file=sys.stderr, flush=True)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,7 @@ def service(tmp_path_factory, pytestconfig):
                 pytest.fail(f"the evaluator service did not listen within {SERVICE_START_S} s:\n"
                             f"{log_path.read_text(errors='replace')[-4000:]}")
             time.sleep(0.2)
-        _say(pytestconfig, f"adversarial: evaluator service ready in "
+        _say(pytestconfig, f"\nadversarial: evaluator service ready in "
              f"{time.monotonic() - t0:.0f} s (log {log_path})")
         yield sock
     finally:
