@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Every candidate under tests/adversarial/ through the evaluator service in CPU mode: each hack
-# must get its expected verdict (reward -1 at the named stage, with the named failure kind or
-# message) and each legitimate candidate must pass. Needs PyTorch (CUDA_AGENT_PYTHON or the
-# python3 on PATH) and nvcc; skips with the reason otherwise.
+# Every candidate under tests/adversarial/ (except gpu/, the GPU suite's) through the evaluator
+# service in CPU mode: each hack must get its expected verdict (reward -1 at the named stage, with
+# the named failure kind or message) and each legitimate candidate must pass. Needs PyTorch
+# (CUDA_AGENT_PYTHON or the python3 on PATH) and nvcc; skips with the reason otherwise.
 . "$CA_REPO/tests/it/lib.sh"
 require_cpu_evaluator
 FIX=$CA_REPO/tests/eval/cpu
@@ -15,6 +15,8 @@ assert "the service listens" [ -S "$SOCK" ]
 
 for case in "$CA_REPO"/tests/adversarial/*/; do
     name=$(basename "$case")
+    # GPU cases: tests/gpu/test_adversarial.py runs them against the example tasks.
+    [ "$name" = gpu ] && continue
     ws=$PWD/ws-$name
     "$CA" workspace create --task "$FIX/task.py" "$ws" >/dev/null || exit 1
     cp "$FIX"/sol/kernels/* "$ws/kernels/"

@@ -1,0 +1,209 @@
+"""The GPU adversarial cases (tests/adversarial/gpu/): discovery, workspaces, expectations.
+
+Used by tests/gpu/test_adversarial.py (the GPU suite) and runnable on its own, without a GPU,
+to check what can be checked there: the static policy and the compile stage.
+
+    python3 tests/gpu/adversarial_gpu.py --compile-only [--arch sm_90] [CASE...]
+
+Each case is a directory with expect.json and either kernels/ (and model_new.py where needed),
+overlaid on a workspace made for the task named in expect.json ("task": an examples/tasks/
+name) after the task's reference solution (examples/solutions/TASK/, when there is one), or a
+KernelBench single file kernelbench.py, evaluated with --kernelbench-file against the task.
+--compile-only runs `cuda-agent eval --compile-only` on each: a case expected to fail at the
+policy stage must fail there with its expected message; every other case must compile. The
+binary is $CA_BIN (or $CUDA_AGENT), else build/cuda-agent; the evaluator's Python is
+$CUDA_AGENT_PYTHON as usual. Exit status 0 when every case did what it should, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CASES_DIR = ROOT / "tests" / "adversarial" / "gpu"
+TASKS = ROOT / "examples" / "tasks"
+SOLUTIONS = ROOT / "examples" / "solutions"
+KB_FILE = "kernelbench.py"
+EVAL_TIMEOUT_S = 900
+
+
+def binary() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("CA_BIN") or os.environ.get("CUDA_AGENT")
+                        or ROOT / "build" / "cuda-agent")
+
+
+class Case:
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+        self.name = path.name
+        self.expect: dict[str, Any] = json.loads((path / "expect.json").read_text())
+        self.task = TASKS / (self.expect["task"] + ".py")
+        kb = path / KB_FILE
+        self.kernelbench = kb if kb.is_file() else None
+
+    @property
+    def legitimate(self) -> bool:
+        return "reward_min" in self.expect and self.expect["reward_min"] >= 1
+
+    def stages(self) -> list[str]:
+        s = self.expect["stage"]
+        return list(s) if isinstance(s, list) else [s]
+
+    def __repr__(self) -> str:
+        return f"Case({self.name})"
+
+
+def load_cases(names: list[str] | None = None) -> list[Case]:
+    cases = [Case(p) for p in sorted(CASES_DIR.iterdir())
+             if p.is_dir() and (p / "expect.json").is_file()]
+    if names:
+        unknown = set(names) - {c.name for c in cases}
+        if unknown:
+            raise SystemExit(f"no such case: {', '.join(sorted(unknown))}")
+        cases = [c for c in cases if c.name in names]
+    return cases
+
+
+def make_workspace(case: Case, dest: pathlib.Path, ca: pathlib.Path | None = None) -> pathlib.Path:
+    """A workspace for case's task at dest: the task's solution, then the case's files."""
+    ca = ca or binary()
+    proc = subprocess.run([str(ca), "workspace", "create", "--task", str(case.task), str(dest)],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{case.name}: workspace create failed (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[-2000:]}")
+    solution = SOLUTIONS / case.expect["task"]
+    if solution.is_dir():
+        for f in sorted((solution / "kernels").iterdir()):
+            shutil.copy(f, dest / "kernels" / f.name)
+        shutil.copy(solution / "model_new.py", dest / "model_new.py")
+    for f in sorted(case.path.rglob("*")):
+        if f.is_file() and f.name not in ("expect.json", KB_FILE):
+            target = dest / f.relative_to(case.path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, target)
+    return dest
+
+
+def eval_argv(case: Case, workspace: pathlib.Path | None, *options: str,
+              ca: pathlib.Path | None = None) -> list[str]:
+    argv = [str(ca or binary()), "eval", "--json", *options]
+    if case.kernelbench is not None:
+        return argv + ["--task", str(case.task), "--kernelbench-file", str(case.kernelbench)]
+    assert workspace is not None
+    return argv + [str(workspace)]
+
+
+def run_eval(argv: list[str], env: dict[str, str] | None = None) -> tuple[dict | None, str]:
+    """(report, "") or (None, why there is none)."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=EVAL_TIMEOUT_S,
+                              env=env)
+    except subprocess.TimeoutExpired:
+        return None, f"cuda-agent eval ran past {EVAL_TIMEOUT_S} s"
+    if not proc.stdout.strip():
+        return None, f"no report (exit {proc.returncode}): {proc.stderr.strip()[-3000:]}"
+    try:
+        return json.loads(proc.stdout), ""
+    except ValueError as exc:
+        return None, f"the report is not JSON ({exc}): {proc.stdout[:500]}"
+
+
+def reward_of(report: dict) -> Any:
+    return (report.get("reward") or {}).get("reward")
+
+
+def failure_of(report: dict) -> dict:
+    return (report.get("harness") or {}).get("failure") or {}
+
+
+def verdict(report: dict) -> str:
+    """One line: reward, stage, failure kind, the message's first line (or the speedups)."""
+    failure = failure_of(report)
+    reward = reward_of(report)
+    if reward is None:  # --compile-only: no reward
+        text = f"{report.get('stage')} {'ok' if report.get('ok') else 'failed'}"
+    else:
+        text = f"reward {reward} at {report.get('stage')}"
+    if failure:
+        text += f" ({failure.get('kind')})"
+    msg = (report.get("message") or "").strip()
+    if msg:
+        return text + ": " + msg.splitlines()[0][:160]
+    r = report.get("reward") or {}
+    if r.get("speedup_eager") is not None:
+        text += ": %.2fx vs eager, %.2fx vs torch.compile" % (
+            r.get("speedup_eager") or 0.0, r.get("speedup_compile") or 0.0)
+    return text
+
+
+def problems(case: Case, report: dict) -> list[str]:
+    """How the report differs from expect.json (empty: as expected)."""
+    exp = case.expect
+    reward = reward_of(report)
+    why = []
+    if "reward" in exp and reward != exp["reward"]:
+        why.append(f"reward {reward}, expected {exp['reward']}")
+    if "reward_min" in exp and (reward is None or reward < exp["reward_min"]):
+        why.append(f"reward {reward}, expected at least {exp['reward_min']}")
+    if report.get("stage") not in case.stages():
+        why.append(f"stage {report.get('stage')!r}, expected "
+                   + " or ".join(repr(s) for s in case.stages()))
+    kind = failure_of(report).get("kind")
+    if "kind" in exp and kind != exp["kind"]:
+        why.append(f"failure kind {kind!r}, expected {exp['kind']!r}")
+    if "contains" in exp and exp["contains"] not in (report.get("message") or ""):
+        why.append(f"message lacks {exp['contains']!r}")
+    return why
+
+
+def compile_problems(case: Case, report: dict) -> list[str]:
+    """With --compile-only: policy cases must fail as expected, the others must compile."""
+    if case.stages() == ["policy"]:
+        return problems(case, report)
+    if report.get("stage") != "compile" or report.get("ok") is not True:
+        return [f"does not compile: {verdict(report)}\n{(report.get('message') or '')[:3000]}"]
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--compile-only", action="store_true", required=True,
+                   help="stop after the policy and compile stages (no GPU needed)")
+    p.add_argument("--arch", default="sm_90", help="target architecture (default sm_90)")
+    p.add_argument("--no-sandbox", action="store_true", help="pass --no-sandbox to the evaluator")
+    p.add_argument("cases", nargs="*", help="case names (default: all)")
+    args = p.parse_args(argv)
+    ca = binary()
+    if not ca.is_file():
+        print(f"{ca}: not built (run make, or set CA_BIN)", file=sys.stderr)
+        return 1
+    options = ["--compile-only", "--arch", args.arch] + (["--no-sandbox"] if args.no_sandbox
+                                                         else [])
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="ca-adv-gpu-") as tmp:
+        for case in load_cases(args.cases):
+            ws = None if case.kernelbench else make_workspace(case, pathlib.Path(tmp) / case.name,
+                                                              ca)
+            report, err = run_eval(eval_argv(case, ws, *options, ca=ca))
+            why = [err] if report is None else compile_problems(case, report)
+            state = "FAIL" if why else "ok"
+            detail = verdict(report) if report is not None else err
+            print(f"{state} {case.name}: {detail}", flush=True)
+            for w in why:
+                print("    " + w.replace("\n", "\n    "), flush=True)
+            failed += bool(why)
+    print(f"{failed} of {len(load_cases(args.cases))} cases not as expected")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
