@@ -8,7 +8,7 @@
 #      (so every job compiles), as evaluations per GPU-hour.
 #
 #   bench/eval_service.sh [CUDA_AGENT_BINARY] [OUT_DIR]
-#   env: REPEATS (10), CLIENTS (4), JOBS (40), PREWARM (2), EVAL_SERVICE_FLAGS (extra flags
+#   env: REPEATS (10), CLIENTS (4), JOBS (40), PREWARM (8), EVAL_SERVICE_FLAGS (extra flags
 #        for `cuda-agent evaluator`, e.g. --no-sandbox)
 # Run from the repository root on a machine with a GPU and PyTorch.
 set -u
@@ -23,7 +23,7 @@ SOCK=$(mktemp -u /tmp/ca-eval-XXXXXX.sock)
 work=$(mktemp -d)
 t0=$(date +%s.%N)
 # shellcheck disable=SC2086
-"$CA" evaluator --socket "$SOCK" --prewarm "${PREWARM:-2}" ${EVAL_SERVICE_FLAGS:-} 2>"$OUT/service.log" &
+"$CA" evaluator --socket "$SOCK" --prewarm "${PREWARM:-8}" ${EVAL_SERVICE_FLAGS:-} 2>"$OUT/service.log" &
 svc=$!
 trap 'kill $svc 2>/dev/null; wait $svc 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 3000); do [ -S "$SOCK" ] && break; kill -0 $svc 2>/dev/null || break; sleep 0.1; done

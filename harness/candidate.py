@@ -190,10 +190,21 @@ class Runner:
         self.chan.send({"type": "stage", "stage": name})
 
     def run(self) -> bool:
-        """True: finished ("done" sent); False: stopped after verification."""
+        """True: finished ("done" sent); False: stopped after verification.
+
+        On a GPU everything the candidate does runs with a fresh non-default stream as the
+        current stream: work a candidate puts on the legacy default stream (handle 0) or the
+        per-thread one is then not ordered with it, and CUDA graphs can be captured on it."""
+        _set_precision(self.job.get("precision", "strict"))
+        if self.device.type != "cuda":
+            return self._run()
+        _init_device(self.device)
+        with torch.cuda.stream(torch.cuda.Stream(device=self.device)):
+            return self._run()
+
+    def _run(self) -> bool:
         job = self.job
         self.stage("init")
-        _set_precision(job.get("precision", "strict"))
         _init_device(self.device)
         try:
             self.arena = ar.open_arena(job.get("arena"), self.device)

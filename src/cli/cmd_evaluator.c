@@ -78,7 +78,7 @@ int cmd_evaluator(int argc, char **argv)
 {
     struct evald_opts o = {0};
     const char *gpus = NULL, *socket_path = NULL;
-    int64_t runners = 0, prewarm = 2;
+    int64_t runners = 0, prewarm = -1;
     const struct cli_opt opts[] = {
         {"socket", 's', CLI_OPT_STRING, &socket_path, "PATH",
          "listen here (default $CUDA_AGENT_EVALUATOR, else evaluator.sock in the state dir)"},
@@ -88,7 +88,8 @@ int cmd_evaluator(int argc, char **argv)
         {"runners", 0, CLI_OPT_INT, &runners, "N", "with --device cpu: runners (default 1)", 1,
          GPUPOOL_MAX_RUNNERS},
         {"prewarm", 0, CLI_OPT_INT, &prewarm, "N",
-         "candidate processes each runner keeps pre-warmed (default 2)", 0, 16},
+         "candidate processes each runner keeps pre-warmed (default 8 on a GPU, 1 on the CPU)",
+         0, 16},
         {"arch", 0, CLI_OPT_STRING, &o.base.arch, "SM", "target architecture (default: the GPU's)"},
         {"cache-dir", 0, CLI_OPT_STRING, &o.base.cache_dir, "DIR",
          "evaluator cache (default $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent)"},
@@ -149,7 +150,9 @@ int cmd_evaluator(int argc, char **argv)
     o.socket_path = socket_path;
     o.gpus = (const char *const *)list;
     o.n_gpus = n ? n : 1;
-    o.prewarm = (int)prewarm;
+    /* A warm evaluation takes well under a second on a GPU while a fresh candidate needs
+     * several (Python, torch, CUDA context, profiler): enough must wait in line. */
+    o.prewarm = prewarm >= 0 ? (int)prewarm : cpu ? 1 : 8;
 
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);

@@ -1655,6 +1655,40 @@ static void check_launch(struct checker *ck, size_t i, size_t end)
     }
 }
 
+/*
+ * A cast to cudaStream_t of a number (or of an integer type's value): i at cudaStream_t, in
+ * `static_cast<cudaStream_t>(...)`, `reinterpret_cast<cudaStream_t>(...)` or `(cudaStream_t)...`.
+ * Handles 0, 1 and 2 are the legacy and per-thread default streams; a number written as a
+ * handle names a stream no other check can see.
+ */
+static void check_stream_cast(struct checker *ck, size_t i, size_t end)
+{
+    static const char *const int_words[] = {
+        "uintptr_t", "intptr_t", "size_t", "uint64_t", "int64_t", "uint32_t", "int32_t",
+        "long",      "int",      "unsigned", "short", "char",    "std",
+    };
+    size_t j;
+    if (i >= 2 && is_punct(ck, i - 1, end, "<") &&
+        (is_ident(ck, i - 2, end, "static_cast") || is_ident(ck, i - 2, end, "reinterpret_cast")) &&
+        is_punct(ck, i + 1, end, ">"))
+        j = i + 2;
+    else if (i >= 1 && is_punct(ck, i - 1, end, "(") && is_punct(ck, i + 1, end, ")"))
+        j = i + 2;
+    else
+        return;
+    while (j < end && (is_punct(ck, j, end, "(") || is_punct(ck, j, end, "{")))
+        j++;
+    if (j >= end)
+        return;
+    if (T(ck, j)->kind == TK_NUMBER ||
+        (T(ck, j)->kind == TK_IDENT && in_set(txt(ck, j), int_words, ARRAY_SIZE(int_words))))
+        violation(ck, i, "stream",
+                  "a stream handle made from a number (`%s`): handles 0, 1 and 2 are the legacy "
+                  "and per-thread default streams, not the current one. Use the stream the "
+                  "binding passes (at::cuda::getCurrentCUDAStream())",
+                  txt(ck, j));
+}
+
 static void check_asm(struct checker *ck, size_t i, bool in_define)
 {
     if (in_define)
@@ -1744,6 +1778,8 @@ static size_t check_token(struct checker *ck, size_t i, size_t start, size_t end
         check_asm(ck, i, in_define);
         return i + 1;
     }
+    if (!strcmp(p, "cudaStream_t"))
+        check_stream_cast(ck, i, end);
     if (in_set(p, qualifier_words, ARRAY_SIZE(qualifier_words))) {
         if (in_define || !strcmp(p, "__location__"))
             violation(ck, i, "macro",

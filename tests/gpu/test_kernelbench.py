@@ -22,7 +22,8 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device: torch.cuda.is_available() is False", allow_module_level=True)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-BINARY = pathlib.Path(os.environ.get("CUDA_AGENT") or ROOT / "build" / "cuda-agent")
+BINARY = pathlib.Path(os.environ.get("CA_BIN") or os.environ.get("CUDA_AGENT")
+                      or ROOT / "build" / "cuda-agent")
 if not BINARY.is_file():
     pytest.skip("cuda-agent is not built (%s): run make" % BINARY, allow_module_level=True)
 if not (shutil.which("nvcc") or os.access("/usr/local/cuda/bin/nvcc", os.X_OK)):

@@ -526,6 +526,12 @@ static const struct lex_case lex_cases[] = {
     {"k.cu", "void h() { k<<<g, b, 0, (cudaStream_t)0>>>(x); }\n", "stream:1\n"},
     {"k.cu", "void h() { k<<<g, b, 0, static_cast<cudaStream_t>(NULL)>>>(x); }\n", "stream:1\n"},
     {"k.cu", "void h() { k<<<g, b, f(1, 2), st>>>(x); }\n", ""},
+    {"k.cu", "void h() {\n cudaStream_t s = reinterpret_cast<cudaStream_t>(uintptr_t{2});\n}\n",
+     "stream:2\n"},
+    {"k.cu", "cudaStream_t s = (cudaStream_t)0x1;\nauto t = static_cast<cudaStream_t>((2));\n",
+     "stream:1\nstream:2\n"},
+    {"k.cu", "void h(cudaStream_t a) { cudaStream_t b = (cudaStream_t)a; f((cudaStream_t)(a)); }\n",
+     ""},
     /* libraries */
     {"k.cu", "void h() { cuCaddf(a, b); cuTensorMapEncodeTiled(0); cuGetErrorString(0, 0); }\n",
      ""},
