@@ -226,7 +226,8 @@ def test_broken_candidate_fails_with_reason(tmp_path, built, case):
     args = ["--no-compile"] + (["--timeout", "30"] if case == "hang" else [])
     run = evaluate(tmp_path, SWISH, built[SWISH], new=swish_variant(BROKEN[case]), args=args)
     assert run.rc == 1, run
-    assert run.failure["kind"] == EXPECTED[case], run
+    tail = (run.failure.get("details") or {}).get("output_tail", "")
+    assert run.failure["kind"] == EXPECTED[case], (run.failure["message"], tail[-3000:])
     assert run.result["stage"] == "verify", run
     if case == "unwritten":
         # Poisoned memory: the row the candidate never wrote reads as NaN.
