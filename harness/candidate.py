@@ -277,7 +277,7 @@ class Runner:
         if post is not None and sys.stdin.readline().strip() == "post":
             # Its inputs are written to the arena only now that the timing is over.
             self.stage("post_timing")
-            self.verify_set(int(post))
+            self.verify_set(int(post), fresh=True)
         self.chan.send({"type": "done"})
         return True
 
@@ -299,10 +299,12 @@ class Runner:
         return views, [_to_device(x, self.device) for x in views]
 
     def store_inputs(self, views: list[Any], args: list[Any]) -> None:
-        """Host arena with a CUDA device: the forward's inputs as they are after it, back into
-        the arena for the trusted side's mutation check."""
+        """Arguments that are copies (a host arena with a CUDA device, or a fresh set): the
+        forward's inputs as they are after it, back into the arena for the trusted side's
+        mutation check."""
         for v, a in zip(views, args):
-            if isinstance(v, torch.Tensor) and v is not a and isinstance(a, torch.Tensor):
+            if isinstance(v, torch.Tensor) and v is not a and isinstance(a, torch.Tensor) and \
+                    v.data_ptr() != a.data_ptr():
                 if a.shape == v.shape and a.dtype == v.dtype:
                     v.copy_(a)
                 else:
@@ -330,8 +332,13 @@ class Runner:
             meta["stored"] = True
         return meta
 
-    def verify_set(self, i: int) -> None:
+    def verify_set(self, i: int, fresh: bool = False) -> None:
+        """Runs the forward on input set i and reports it. fresh: on copies allocated the way
+        the timing loop allocates its inputs (so at the addresses the timed calls saw), copied
+        back afterwards; a forward that caches results by input pointer returns a stale one."""
         views, args = self.set_inputs(i)
+        if fresh:
+            args = [_clone(x) for x in args]
         _poison(self.device, self.job.get("poison_bytes", []))
         t0 = _perf_counter()
         try:

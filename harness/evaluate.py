@@ -89,6 +89,8 @@ ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "PYTHONPATH",
                    "MKL_NUM_THREADS")
 # Input domains whose inputs may be replaced by heavy-tailed mixed-sign values.
 ADVERSARIAL_DOMAINS = ("real",)
+# Shapes a task may declare in EXTRA_SHAPES.
+MAX_EXTRA_SHAPES = 8
 # The least share of the forward's GPU time that must run inside the extension's functions.
 MIN_EXTENSION_SHARE = 0.25
 
@@ -293,6 +295,7 @@ class InputSet:
         self.ref: list[Any] = []    # reference leaves (float32 / the task's dtypes), on device
         self.ref64: list[Any] | None = None
         self.ref_mutated: list[int] = []  # inputs the reference itself modifies in place
+        self.overrides: dict[str, int] | None = None  # kind "shape": the sizes it was drawn at
 
 
 def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device,
@@ -324,7 +327,51 @@ def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device,
             log("adversarial set skipped: no eligible input")
             break
         sets.append(InputSet(n_random + a, "adversarial", raw, device))
+    for shape in extra_shapes(task):
+        torch.manual_seed(secret_seed())
+        s = InputSet(len(sets), "shape", draw_with(task, shape, device), device)
+        s.overrides = shape
+        sets.append(s)
     return sets, info
+
+
+def extra_shapes(task: Any) -> list[dict[str, int]]:
+    """EXTRA_SHAPES = [{module-level name: size, ...}, ...]: more shapes to verify besides the
+    task's own; for each, get_inputs() is called with those names of the task module set (a
+    kernel written for the task's one shape fails there)."""
+    declared = getattr(task, "EXTRA_SHAPES", None)
+    if declared is None:
+        return []
+    if not isinstance(declared, (list, tuple)) or len(declared) > MAX_EXTRA_SHAPES:
+        raise EvalError("task_error", f"EXTRA_SHAPES must be a list of at most "
+                                      f"{MAX_EXTRA_SHAPES} dicts", stage="setup")
+    out = []
+    for k, shape in enumerate(declared):
+        if not isinstance(shape, dict) or not shape:
+            raise EvalError("task_error", f"EXTRA_SHAPES[{k}] must be a non-empty dict of "
+                                          "module-level names to sizes", stage="setup")
+        for name, v in shape.items():
+            cur = getattr(task, name, None) if isinstance(name, str) else None
+            if not isinstance(cur, int) or isinstance(cur, bool):
+                raise EvalError("task_error", f"EXTRA_SHAPES[{k}] names {name!r}, which is not "
+                                              "a module-level int of the task", stage="setup")
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise EvalError("task_error", f"EXTRA_SHAPES[{k}][{name!r}] must be a size (an "
+                                              f"int >= 0), not {v!r}", stage="setup")
+        out.append(dict(shape))
+    return out
+
+
+def draw_with(task: Any, overrides: dict[str, int], device: torch.device) -> list[Any]:
+    """draw_inputs() with some module-level names of the task set for the call."""
+    saved = {n: getattr(task, n) for n in overrides}
+    try:
+        for n, v in overrides.items():
+            setattr(task, n, v)
+        return draw_inputs(task, device)
+    finally:
+        for n, v in saved.items():
+            setattr(task, n, v)
 
 
 class SetPrefetch:
@@ -556,6 +603,7 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
     inputs after the forward (arena_inputs). Returns the set's record; raises EvalError on the
     first failure."""
     record: dict[str, Any] = {"seed_index": s.index, "kind": s.kind, "ok": False,
+                              **({"shape": s.overrides} if s.overrides else {}),
                               "max_abs_diff": None, "mismatches": 0, "first_mismatches": [],
                               "outputs": []}
     if len(outs) != len(s.ref):
@@ -600,7 +648,9 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
     if record["mismatches"]:
         nonfinite = sum(o["nonfinite_mismatches"] for o in record["outputs"])
         first = record["first_mismatches"][0] if record["first_mismatches"] else None
-        msg = (f"input set {s.index} ({s.kind}): {record['mismatches']} element(s) differ "
+        what = s.kind + (" " + ", ".join(f"{k}={v}" for k, v in s.overrides.items())
+                         if s.overrides else "")
+        msg = (f"input set {s.index} ({what}): {record['mismatches']} element(s) differ "
                f"beyond atol={atol:g}, rtol={rtol:g}")
         if nonfinite:
             msg += f" ({nonfinite} with NaN/Inf where Model has none, or the reverse)"
@@ -1235,6 +1285,7 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             post.index, post.kind = len(sets), "post-timing"
         result["verification"]["adversarial"] = adv_info
         result["verification"]["n_adversarial"] = sum(1 for s in sets if s.kind == "adversarial")
+        result["verification"]["n_extra_shapes"] = sum(1 for s in sets if s.kind == "shape")
         all_sets = sets + ([post] if post is not None else [])
         t_ref32 = time.monotonic()
         for s in all_sets:  # fast on a GPU; sizes the output slots and the poisoning

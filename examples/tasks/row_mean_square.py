@@ -16,6 +16,12 @@ batch_size = 8192
 dim = 8192
 
 
+# Verified besides the shape above: widths that are not multiples of the vector or block size,
+# tiny and very long rows.
+EXTRA_SHAPES = [{"batch_size": 33, "dim": 1023}, {"batch_size": 5, "dim": 3},
+                {"batch_size": 2, "dim": 70001}]
+
+
 def get_inputs():
     return [torch.randn(batch_size, dim)]
 

@@ -934,3 +934,72 @@ def test_launch_evidence_verdicts():
         with pytest.raises(ev.EvalError) as info:
             ev.check_launches(bad)
         assert info.value.kind == "protocol"
+
+
+def test_pointer_cache_is_caught_after_timing(tmp_path):
+    # Caches its result by the input's address: never wrong while verified (every set lies at
+    # its own address), then reused through the timing runs. The post-timing set is given at
+    # an address the timed calls used, so the stale result is what it returns there.
+    ext = EXT + textwrap.dedent("""
+        _cache = {}
+
+
+        def affine_cached(x, w, b, scale):
+            key = (x.data_ptr(), tuple(x.shape))
+            if key not in _cache:
+                _cache[key] = affine(x, w, b, scale)
+            return _cache[key]
+        """)
+    run = evaluate(tmp_path, ext=ext, new=model_new(
+        "return cuda_extension.affine_cached(x, self.weight, self.bias, self.scale)"),
+        args=["--budget-ms", "50"])
+    assert_failed(run, "mismatch", stage="timing")
+    assert "after timing" in run.failure["message"]
+
+
+SHAPED_TASK = TASK + """
+
+EXTRA_SHAPES = [{"rows": 3}, {"rows": 1}]
+rows = 16
+
+
+def get_inputs():  # noqa: F811  (the shaped variant)
+    return [torch.randn(rows, 37)]
+"""
+
+
+def test_extra_shapes_catch_a_kernel_written_for_one_shape(tmp_path):
+    ok = evaluate(tmp_path / "ok", task=SHAPED_TASK, args=["--no-timing"])
+    assert ok.rc == 0, ok
+    shaped = [r for r in ok.result["verification"]["sets"] if r["kind"] == "shape"]
+    assert [r["shape"] for r in shaped] == [{"rows": 3}, {"rows": 1}]
+    assert ok.result["verification"]["n_extra_shapes"] == 2
+    assert [r["outputs"][0]["shape"] for r in shaped] == [[3, 37], [1, 37]]
+    # Written for the task's 16 rows: pads a short batch with zeros.
+    ext = EXT + textwrap.dedent("""
+        def affine_16(x, w, b, scale):
+            y = affine(x, w, b, scale)
+            if x.shape[0] != 16:
+                y = y.clone()
+                y[-1] = 0
+            return y
+        """)
+    bad = evaluate(tmp_path / "bad", task=SHAPED_TASK, ext=ext, args=["--no-timing"],
+                   new=model_new(
+        "return cuda_extension.affine_16(x, self.weight, self.bias, self.scale)"))
+    assert_failed(bad, "mismatch")
+    assert "(shape rows=3)" in bad.failure["message"]
+
+
+@pytest.mark.parametrize("decl, message", [
+    ("EXTRA_SHAPES = {'rows': 3}", "must be a list"),
+    ("EXTRA_SHAPES = [{}]", "non-empty dict"),
+    ("EXTRA_SHAPES = [{'cols': 3}]", "not a module-level int"),
+    ("EXTRA_SHAPES = [{'rows': -1}]", "must be a size"),
+    ("EXTRA_SHAPES = [{'rows': 2.5}]", "must be a size"),
+    ("EXTRA_SHAPES = [{'rows': 1}] * 9", "at most 8"),
+])
+def test_extra_shapes_declaration_errors(tmp_path, decl, message):
+    run = evaluate(tmp_path, task=SHAPED_TASK + "\n" + decl + "\n", args=["--no-timing"])
+    assert run.rc == 3, run
+    assert run.failure["kind"] == "task_error" and message in run.failure["message"], run
