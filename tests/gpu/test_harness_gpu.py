@@ -273,6 +273,34 @@ def test_side_stream_work_is_counted(tmp_path, built):
     assert 0.75 * p["median_ms"] <= s["median_ms"] <= 1.5 * p["median_ms"], (plain, run)
 
 
+def test_torch_work_outside_the_extension_fails(tmp_path, built):
+    """Launch evidence: a forward whose GPU time is mostly PyTorch's own operators fails, and
+    so does one whose extension call launches nothing; the reference solution passes with
+    all its GPU time inside the extension."""
+    ok = evaluate(tmp_path, SWISH, built[SWISH], args=["--no-compile", "--no-timing"])
+    assert ok.rc == 0, ok
+    ev = ok.result["verification"]["launches"]
+    assert ev["extension_calls"] == 1 and ev["extension_kernels"] >= 1, ev
+    assert ev["extension_share"] > 0.9, ev
+    torch_heavy = swish_variant("""
+        y = x * torch.sigmoid(x) * float(self.scale) + self.bias
+        y = torch.tanh(torch.atanh(torch.clamp(y * 1e-3, -0.5, 0.5))) * 1e3
+        return cuda_extension.swish_scale_bias(x, self.bias, float(self.scale), 0) + 0 * y
+        """)
+    run = evaluate(tmp_path, SWISH, built[SWISH], new=torch_heavy,
+                   args=["--no-compile", "--no-timing"])
+    assert run.rc == 1 and run.failure["kind"] == "launch_evidence", run
+    assert "of the forward's GPU time" in run.failure["message"], run
+    assert run.failure["details"]["defence"] == "launch_evidence"
+    empty = swish_variant("""
+        cuda_extension.swish_scale_bias(x[:0], self.bias, float(self.scale), 0)
+        return x * torch.sigmoid(x) * float(self.scale) + self.bias
+        """)
+    run = evaluate(tmp_path, SWISH, built[SWISH], new=empty, args=["--no-compile", "--no-timing"])
+    assert run.rc == 1 and run.failure["kind"] == "launch_evidence", run
+    assert "no GPU kernel ran inside" in run.failure["message"], run
+
+
 def test_cpu_extension_refused_for_cuda_run(tmp_path, built):
     """A tensor on the wrong device is the binding's error, reported as an exception."""
     body = "return cuda_extension.swish_scale_bias(x.cpu(), self.bias, float(self.scale), 0)"
