@@ -18,10 +18,10 @@
  * - The precompiled header is an accelerator only: keys do not depend on it
  *   (it holds exactly the headers binding_registry.h includes first), and a
  *   binding that fails for a PCH-specific reason is retried without it.
- * - So is the light torch/extension.h of cu-torch units (light/ in the build
- *   directory, searched first): a load_inline source that includes
- *   torch/extension.h gets the part of torch the policy lets it use, and a
- *   unit that fails for want of a name is retried with the real header.
+ * - So are the light torch/extension.h and torch/types.h of cu-torch units
+ *   (light/ in the build directory, searched first): a load_inline source
+ *   that includes either gets the part of torch the policy lets it use, and
+ *   a unit that fails for want of a name is retried with the real headers.
  * - Every path a compiler prints is mapped back to workspace-relative names
  *   before anyone reads it: units are compiled as "kernels/NAME" with the
  *   build directory as the working directory.
@@ -89,6 +89,44 @@ static const char light_header[] =
     "#include <torch/types.h>\n"
     "#include <ATen/cuda/CUDAContext.h>\n"
     "#include <c10/cuda/CUDAGuard.h>\n";
+
+/*
+ * What `#include <torch/types.h>` (load_inline's prelude for cuda sources, and the light
+ * torch/extension.h above) finds first: the tensor class, the allocation functions a binding may
+ * use, and the torch:: names of at:: and of the dtypes, without ATen/ATen.h (every operator's
+ * declaration: most of nvcc's time on such a unit). A unit that needs more is retried with the
+ * real header, as for the light torch/extension.h.
+ */
+static const char light_types_header[] =
+    "/* cuda-agent: the part of torch/types.h a load_inline source's host code may use. */\n"
+    "#pragma once\n"
+    "#include <optional>\n"
+    "#include <ATen/core/Tensor.h>\n"
+    "#include <ATen/ops/empty.h>\n"
+    "#include <ATen/ops/empty_like.h>\n"
+    "#include <ATen/ops/empty_strided.h>\n"
+    "#include <c10/cuda/CUDAStream.h>\n"
+    "namespace torch {\n"
+    "using namespace at;\n"
+    "using std::nullopt;\n"
+    "using std::optional;\n"
+    "using Dtype = at::ScalarType;\n"
+    "#define CA_TORCH_DTYPE_(sized, short_name, at_name) \\\n"
+    "    constexpr auto sized = at::at_name;         \\\n"
+    "    constexpr auto short_name = at::at_name;\n"
+    "CA_TORCH_DTYPE_(kUInt8, kU8, kByte)\n"
+    "CA_TORCH_DTYPE_(kInt8, kI8, kChar)\n"
+    "CA_TORCH_DTYPE_(kInt16, kI16, kShort)\n"
+    "CA_TORCH_DTYPE_(kInt32, kI32, kInt)\n"
+    "CA_TORCH_DTYPE_(kInt64, kI64, kLong)\n"
+    "CA_TORCH_DTYPE_(kUInt16, kU16, kUInt16)\n"
+    "CA_TORCH_DTYPE_(kUInt32, kU32, kUInt32)\n"
+    "CA_TORCH_DTYPE_(kUInt64, kU64, kUInt64)\n"
+    "CA_TORCH_DTYPE_(kFloat16, kF16, kHalf)\n"
+    "CA_TORCH_DTYPE_(kFloat32, kF32, kFloat)\n"
+    "CA_TORCH_DTYPE_(kFloat64, kF64, kDouble)\n"
+    "#undef CA_TORCH_DTYPE_\n"
+    "} // namespace torch\n";
 
 /* Paths of the build directory bound read-only for compilers. */
 static const char *const ro_compile[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER,
@@ -691,6 +729,9 @@ static int prepare_build_dir(struct build *b, struct ca_err *err)
     if (!rc)
         rc = write_file(b->build_dir.data, LIGHT_DIR "/torch/extension.h", light_header,
                         sizeof(light_header) - 1, err);
+    if (!rc)
+        rc = write_file(b->build_dir.data, LIGHT_DIR "/torch/types.h", light_types_header,
+                        sizeof(light_types_header) - 1, err);
     for (size_t i = 0; !rc && i < b->n; i++)
         rc = write_file(b->build_dir.data, b->units[i].name, b->units[i].src.data,
                         b->units[i].src.len, err);
@@ -892,8 +933,10 @@ static void submit(struct build *b, struct unit *u, struct compile_unit_report *
                                   : cu_torch ? &b->cu_torch_flags
                                              : &b->cxx_flags);
     j->binds = cu ? &b->ctx.binds_cu : cu_torch ? &b->ctx.binds_cu_torch : &b->ctx.binds_cxx;
-    /* The light header only matters to a source that includes torch/extension.h. */
-    j->light = cu_torch && memmem(u->src.data, u->src.len, "torch/extension.h", 17);
+    /* The light headers only matter to a source that includes torch/extension.h or
+     * torch/types.h (load_inline's prelude). */
+    j->light = cu_torch && (memmem(u->src.data, u->src.len, "torch/extension.h", 17) ||
+                            memmem(u->src.data, u->src.len, "torch/types.h", 13));
     if (j->light) {
         compile__argv_pushv(&j->argv_plain, &j->argv);
         compile__argv_push(&j->argv_plain, "-o");

@@ -1664,8 +1664,8 @@ static void check_launch(struct checker *ck, size_t i, size_t end)
 static void check_stream_cast(struct checker *ck, size_t i, size_t end)
 {
     static const char *const int_words[] = {
-        "uintptr_t", "intptr_t", "size_t", "uint64_t", "int64_t", "uint32_t", "int32_t",
-        "long",      "int",      "unsigned", "short", "char",    "std",
+        "uintptr_t", "intptr_t", "size_t",   "uint64_t", "int64_t", "uint32_t", "int32_t",
+        "long",      "int",      "unsigned", "short",    "char",    "std",
     };
     size_t j;
     if (i >= 2 && is_punct(ck, i - 1, end, "<") &&

@@ -626,6 +626,26 @@ TEST(inline_cuda_light_header_falls_back_to_the_real_one)
     kb_end(&k);
 }
 
+TEST(inline_cuda_prelude_gets_the_light_types_header)
+{
+    if (!have_nvcc())
+        return;
+    /* load_inline's prelude for cuda sources is torch/types.h: the light one serves it, with
+     * torch:: names for at::'s dtypes. */
+    struct kb_build k;
+    kb_begin(
+        &k,
+        "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
+        "int kb_add(int a, int b)\n{\n"
+        "    TORCH_CHECK(torch::kFloat32 == torch::kF32 && torch::kInt64 == at::kLong, \"t\");\n"
+        "    return a + b;\n}\n");
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    kb_show_errors(&k);
+    CHECK(k.r.ok);
+    CHECK(strstr(k.r.full_log.data, "retried") == NULL);
+    kb_end(&k);
+}
+
 TEST(inline_cuda_errors_and_no_torch)
 {
     if (!have_nvcc())

@@ -4,11 +4,13 @@
 
 #include <stdexcept>
 
+#ifndef TORCH_CHECK
 #define TORCH_CHECK(cond, ...)                                                                     \
     do {                                                                                           \
         if (!(cond))                                                                               \
             throw std::runtime_error(#cond);                                                       \
     } while (0)
+#endif
 
 namespace torch {
 enum ScalarType { kFloat32 };
