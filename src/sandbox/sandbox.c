@@ -958,6 +958,11 @@ int sandbox_kill_tree(struct sandbox *sb, int pid, int sig, bool include_root, s
     return 0;
 }
 
+bool sandbox_is_insecure(const struct sandbox *sb)
+{
+    return sb->insecure;
+}
+
 int sandbox_event_fd(const struct sandbox *sb)
 {
     return sb->epfd;

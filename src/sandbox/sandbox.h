@@ -142,4 +142,8 @@ int sandbox_run(const struct sandbox_opts *opts, const char *const *argv, int64_
  * *why says what is missing. Cached. */
 bool sandbox_supported(struct ca_err *why);
 
+/* True when sb runs programs unconfined (SANDBOX_INSECURE): they see host paths, so the
+ * control directory is not at SANDBOX_CONTROL for them. */
+bool sandbox_is_insecure(const struct sandbox *sb);
+
 #endif

@@ -32,9 +32,23 @@
     "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 static const char *const shell_env[] = {
-    "PATH=" SHELL_PATH, "HOME=/tmp", "LANG=C.UTF-8", "TERM=dumb", "PAGER=cat",
-    "GIT_PAGER=cat",    "PS1=",      "PS2=",         NULL,
+    "PATH=" SHELL_PATH, "HOME=/tmp",     "LANG=C.UTF-8", "TERM=dumb",
+    "PAGER=cat",        "GIT_PAGER=cat", "PS1=",         "PS2=",
 };
+
+/* s as one word for sh: in single quotes, each ' as '\''. */
+static char *sh_quote(const char *s)
+{
+    struct buf b;
+    buf_init(&b, CA_LIMIT_PATH * 4 + 2);
+    int e = buf_addstr(&b, "'");
+    for (const char *p = s; *p; p++)
+        e |= *p == '\'' ? buf_addstr(&b, "'\\''") : buf_add(&b, p, 1);
+    e |= buf_addstr(&b, "'");
+    char *out = xstrdup(e ? "'/nonexistent'" : b.data);
+    buf_release(&b);
+    return out;
+}
 
 struct bg_shell {
     char id[16];
@@ -48,7 +62,9 @@ struct bg_shell {
 
 struct shells {
     struct sandbox *sb;
-    char *ctl_dir;
+    char *ctl_dir;                        /* the control directory, host path */
+    char *ctl_seen;                       /* ... as the shell sees it, quoted for sh */
+    char *env[ARRAY_SIZE(shell_env) + 2]; /* shell_env, the evaluator's socket, NULL */
     int fg_pid, fg_in, fg_out;
     bool fg_started_once;
     bool fg_exited; /* its exit event arrived */
@@ -96,7 +112,7 @@ static int start_fg(struct shells *sh, struct ca_err *err)
     static const char *const argv[] = {"bash", "--noprofile", "--norc", NULL};
     struct sandbox_cmd cmd = {
         .argv = argv,
-        .env = shell_env,
+        .env = (const char *const *)sh->env,
         .stdin_fd = in[0],
         .stdout_fd = out[1],
         .stderr_fd = out[1],
@@ -125,6 +141,14 @@ int shells_new(struct sandbox *sb, const char *control_dir_host, struct shells *
     struct shells *sh = xcalloc(1, sizeof(*sh));
     sh->sb = sb;
     sh->ctl_dir = xstrdup(control_dir_host);
+    /* Unconfined programs see the host's paths: the control directory is where it lies. */
+    const char *seen = sandbox_is_insecure(sb) ? control_dir_host : SANDBOX_CONTROL;
+    sh->ctl_seen = sh_quote(seen);
+    size_t n = 0;
+    for (; n < ARRAY_SIZE(shell_env); n++)
+        sh->env[n] = xstrdup(shell_env[n]);
+    sh->env[n++] = xstrfmt("CUDA_AGENT_EVAL_SOCKET=%s/eval.sock", seen);
+    sh->env[n] = NULL;
     sh->fg_in = sh->fg_out = -1;
     int rc = start_fg(sh, err);
     if (rc) {
@@ -162,6 +186,9 @@ void shells_free(struct shells *sh)
     }
     free(sh->bg);
     free(sh->ctl_dir);
+    free(sh->ctl_seen);
+    for (size_t i = 0; sh->env[i]; i++)
+        free(sh->env[i]);
     free(sh);
 }
 
@@ -363,14 +390,13 @@ int shells_run(struct shells *sh, const char *cmd, int64_t timeout_ms, size_t ou
     if (rc)
         return rc;
 
-    char nonce[24], line[160], marker[64];
+    char nonce[24], marker[64];
     make_nonce(nonce, sizeof(nonce));
     snprintf(marker, sizeof(marker), MARKER_PREFIX "%s_", nonce);
-    snprintf(line, sizeof(line),
-             ". " SANDBOX_CONTROL "/" CMD_FILE
-             " </dev/null 2>&1; printf '\\n__CA_END_%s_%%d__\\n' $?\n",
-             nonce);
+    char *line = xstrfmt(". %s/" CMD_FILE " </dev/null 2>&1; printf '\\n__CA_END_%s_%%d__\\n' $?\n",
+                         sh->ctl_seen, nonce);
     rc = fs_write_all(sh->fg_in, line, strlen(line));
+    free(line);
     if (rc) {
         stop_fg(sh);
         return err_setf(err, rc, "the shell stopped reading commands: %s", strerror(-rc));
@@ -487,7 +513,7 @@ int shells_start_bg(struct shells *sh, const char *cmd, char *id, size_t id_len,
     const char *argv[] = {"bash", "--noprofile", "--norc", "-c", cmd, NULL};
     struct sandbox_cmd c = {
         .argv = argv,
-        .env = shell_env,
+        .env = (const char *const *)sh->env,
         .stdin_fd = -1,
         .stdout_fd = out[1],
         .stderr_fd = out[1],

@@ -114,4 +114,17 @@ run "$CA" tool --episode "$E" --close
 expect "close" 0 '"ok": true'
 run "$CA" tool --episode "$E" --ping
 expect "closed episode is gone" 4 "" "not running"
+
+# Unconfined (--insecure-no-sandbox): the shell sources its commands from the host's control
+# directory, and the workspace commands are told where the evaluator's socket is.
+WI="$PWD/ws insecure's"
+EI=it-insecure-$$
+"$CA" workspace create --task "$CA_REPO/examples/tasks/softmax_last_dim.py" "$WI" >/dev/null
+run "$CA" tool --insecure-no-sandbox --workspace "$WI" --episode "$EI" Bash \
+    '{"command":"cd kernels && echo unconfined-$((6 * 7)); echo \"$CUDA_AGENT_EVAL_SOCKET\""}'
+expect "Bash runs without the sandbox" 0 "unconfined-42" "WARNING"
+assert "the socket is in the host's control directory" grep -q "/$EI/.*eval.sock" "$OUT"
+run "$CA" tool --episode "$EI" Bash '{"command":"pwd"}'
+expect "its state persists" 0 "kernels"
+"$CA" tool --episode "$EI" --close >/dev/null 2>&1
 finish
