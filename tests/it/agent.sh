@@ -10,13 +10,15 @@ export OPENAI_API_KEY=sk-secret-$$
 TASK=$CA_REPO/examples/tasks/softmax_last_dim.py
 SOL=$CA_REPO/examples/solutions/softmax_last_dim
 
-# The episodes' tools run in the sandbox (--insecure-no-sandbox cannot stand in: its shell
-# looks for the command file at the sandbox's path).
+# The episodes' tools run in the sandbox; where the host cannot build one, unconfined (what is
+# tested here is the loop, not the isolation: tests/unit/test_sandbox*.c do that).
 SANDBOX=()
-if ! "$CA" tool --workspace "$("$CA" workspace create --task "$TASK" "$PWD/probe" >/dev/null &&
+if [ -n "${CA_TEST_UNCONFINED:-}" ]; then
+    SANDBOX=(--insecure-no-sandbox)
+elif ! "$CA" tool --workspace "$("$CA" workspace create --task "$TASK" "$PWD/probe" >/dev/null &&
     echo "$PWD/probe")" --episode probe-$$ Bash '{"command":"true"}' >/dev/null 2>"$ERR"; then
-    echo "SKIP: no sandbox on this host: $(head -c 300 "$ERR")"
-    exit 77
+    echo "note: no sandbox on this host, running the episodes unconfined: $(head -c 300 "$ERR")"
+    SANDBOX=(--insecure-no-sandbox)
 fi
 "$CA" tool --episode probe-$$ --close >/dev/null 2>&1
 
@@ -319,7 +321,8 @@ if command -v script >/dev/null; then
     serve tty
     agent --out "$PWD/notty" --no-eval
     expect "runs without a terminal" 0 "stop: answer"
-    assert "quiet without a terminal" [ ! -s "$ERR" ]
+    # (unconfined, the only lines are the loud warnings about it)
+    assert "quiet without a terminal" [ -z "$(grep -v -e '--insecure-no-sandbox' "$ERR")" ]
 else
     echo "skip: live display (script(1) is not installed)"
 fi
