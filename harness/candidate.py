@@ -196,16 +196,15 @@ class Runner:
         current stream: work a candidate puts on the legacy default stream (handle 0) or the
         per-thread one is then not ordered with it, and CUDA graphs can be captured on it."""
         _set_precision(self.job.get("precision", "strict"))
+        self.stage("init")
+        _init_device(self.device)
         if self.device.type != "cuda":
             return self._run()
-        _init_device(self.device)
         with torch.cuda.stream(torch.cuda.Stream(device=self.device)):
             return self._run()
 
     def _run(self) -> bool:
         job = self.job
-        self.stage("init")
-        _init_device(self.device)
         try:
             self.arena = ar.open_arena(job.get("arena"), self.device)
         except (ar.ArenaError, OSError, RuntimeError) as exc:

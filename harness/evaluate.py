@@ -286,10 +286,10 @@ def draw_inputs(task: Any, device: torch.device) -> list[Any]:
 
 
 class InputSet:
-    def __init__(self, index: int, kind: str, cpu: list[Any], device: torch.device):
+    def __init__(self, index: int, kind: str, drawn: list[Any], device: torch.device):
         self.index = index          # the "seed_index" reported (never the seed itself)
-        self.kind = kind            # "random" or "adversarial"
-        self.orig = [to_device(clone_arg(x), device) for x in cpu]  # pristine, never mutated
+        self.kind = kind            # "random", "adversarial", "shape" or "post-timing"
+        self.orig = [to_device(clone_arg(x), device) for x in drawn]  # pristine, never mutated
         self.slots: list[dict[str, Any]] = []    # where its inputs lie in the arena
         self.out_slots: list[dict[str, Any]] = []  # where the candidate puts its outputs
         self.ref: list[Any] = []    # reference leaves (float32 / the task's dtypes), on device
@@ -929,6 +929,15 @@ def exit_description(rc: int) -> str:
     return f"exited with status {rc}"
 
 
+def check_reported(arena: ar.Arena, s: InputSet, msg: dict[str, Any], device: torch.device,
+                   atol: float, rtol: float, precision: str) -> dict[str, Any]:
+    """check_set on what a "set" message reported: its outputs from the arena, its inputs in
+    place."""
+    meta = msg.get("outputs")
+    return check_set(s, meta, received_outputs(arena, s, meta), arena_inputs(arena, s), device,
+                     atol, rtol, precision)
+
+
 def check_launches(ev: Any) -> str | None:
     """The launch-evidence defence: the candidate's own kernels must run and carry at least
     MIN_EXTENSION_SHARE of the forward's GPU time (raises EvalError "launch_evidence").
@@ -1385,9 +1394,7 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                     raise EvalError("protocol", "the candidate reported input sets out of order")
                 s = sets[received]
                 t_cmp = time.monotonic()
-                rec = check_set(s, msg.get("outputs"),
-                                received_outputs(arena, s, msg.get("outputs")),
-                                arena_inputs(arena, s), device, atol, rtol, opts.precision)
+                rec = check_reported(arena, s, msg, device, atol, rtol, opts.precision)
                 fwd = msg.get("forward_ms")
                 rec["forward_ms"] = fwd if isinstance(fwd, (int, float)) else None
                 result["verification"]["sets"].append(rec)
@@ -1454,11 +1461,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                                                         "input set after timing",
                                             stage="timing")
                         try:
-                            post_rec = check_set(post, msg.get("outputs"),
-                                                 received_outputs(arena, post,
-                                                                  msg.get("outputs")),
-                                                 arena_inputs(arena, post), device, atol,
-                                                 rtol, opts.precision)
+                            post_rec = check_reported(arena, post, msg, device, atol, rtol,
+                                                      opts.precision)
                         except EvalError as e:
                             e.message = ("after timing, on a fresh input set, the outputs no "
                                          "longer match (does the forward behave differently "
