@@ -532,7 +532,7 @@ static int turn(struct run *r, struct ca_err *err)
             stop(r, "context", lerr.msg);
         else if (cancelled(r))
             stop(r, "interrupted", lerr.msg);
-        else if (rc == CA_ETIMEOUT && out_of_time(r))
+        else if (rc == CA_ETIMEOUT && (rep.deadline_hit || out_of_time(r)))
             stop(r, "wall_clock", lerr.msg);
         else
             stop(r, "model_error", lerr.msg);

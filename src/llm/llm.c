@@ -320,16 +320,21 @@ int llm_chat(struct llm_client *c, struct sv messages_json, struct sv tools_json
         return err_setf(err, CA_ETOOBIG, "the request is over the limit of %zu bytes",
                         (size_t)CA_LIMIT_MODEL_REQUEST);
     r->http_us = 0;
+    r->deadline_hit = false;
     for (int attempt = 0;; attempt++) {
         int64_t timeout = c->o.timeout_ms;
+        bool clipped = false;
         if (c->o.deadline_us) {
             int64_t left = (c->o.deadline_us - ca_now_us()) / 1000;
             if (left <= 0) {
+                r->deadline_hit = true;
                 rc = err_setf(err, CA_ETIMEOUT, "out of time before the model answered");
                 break;
             }
-            if (left < timeout)
+            if (left < timeout) {
                 timeout = left;
+                clipped = true;
+            }
         }
         buf_reset(resp);
         struct llm_http h = {
@@ -363,6 +368,10 @@ int llm_chat(struct llm_client *c, struct sv messages_json, struct sv tools_json
             }
         } else {
             retry = rc == CA_EUNAVAIL || (rc == CA_ETIMEOUT && !cancelled(c));
+            if (rc == CA_ETIMEOUT && clipped && !cancelled(c)) {
+                r->deadline_hit = true; /* the time left, not the server's pace, ended it */
+                break;
+            }
         }
         if (retry && cancelled(c)) {
             rc = err_setf(err, CA_ETIMEOUT, "the request was cancelled");
@@ -378,6 +387,7 @@ int llm_chat(struct llm_client *c, struct sv messages_json, struct sv tools_json
             wait = c->o.backoff_max_ms;
         if (c->o.deadline_us && ca_now_us() + wait * 1000 >= c->o.deadline_us) {
             err_prefix(err, "out of time for another attempt");
+            r->deadline_hit = true;
             rc = CA_ETIMEOUT;
             if (err)
                 err->code = rc;

@@ -91,6 +91,8 @@ struct llm_reply {
     json_t *reasoning;        /* reasoning_content, or NULL; owned */
     long status;              /* HTTP status of the last attempt */
     int attempts;
+    bool deadline_hit; /* the caller's deadline (o.deadline_us) ended the request, not the
+                        * server: an attempt cut by its clipped timeout, or no time left for one */
     int64_t http_us; /* time in the transport and in waits between attempts; building the
                       * request and parsing the reply are not counted */
 };

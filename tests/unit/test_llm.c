@@ -387,11 +387,32 @@ TEST(llm_deadline_and_cancel)
     CHECK_EQ(chat(&f, &o, &err), CA_ETIMEOUT);
     CHECK_EQ(f.n, 1);
     CHECK(ca_now_us() - t0 < 150000);
+    CHECK(R.deadline_hit);
 
     o.deadline_us = ca_now_us() - 1;
     struct fake f2 = {.steps = {{.status = 200, .body = ok_body}}};
     CHECK_EQ(chat(&f2, &o, &err), CA_ETIMEOUT);
     CHECK_EQ(f2.n, 0);
+    CHECK(R.deadline_hit);
+
+    /* An attempt whose timeout was clipped to the deadline and timed out: the deadline ended
+     * it, even when the clock has not quite reached the deadline yet (no retry either). */
+    o.backoff_ms = 1;
+    o.deadline_us = ca_now_us() + 5000000;
+    struct fake f4 = {.steps = {{.rc = CA_ETIMEOUT}, {.status = 200, .body = ok_body}}};
+    CHECK_EQ(chat(&f4, &o, &err), CA_ETIMEOUT);
+    CHECK_EQ(f4.n, 1);
+    CHECK(R.deadline_hit);
+
+    /* The server's own timeout (the per-request limit, under the deadline) is retried and is
+     * not the deadline's doing. */
+    o.deadline_us = ca_now_us() + 600000000;
+    o.timeout_ms = 1000;
+    o.retries = 1;
+    struct fake f5 = {.steps = {{.rc = CA_ETIMEOUT}, {.rc = CA_ETIMEOUT}}};
+    CHECK_EQ(chat(&f5, &o, &err), CA_ETIMEOUT);
+    CHECK_EQ(f5.n, 2);
+    CHECK(!R.deadline_hit);
 
     volatile sig_atomic_t cancel = 0;
     llm_opts_init(&o);
