@@ -1191,7 +1191,8 @@ def validate_stats(stats: Any) -> dict[str, Any] | None:
     if not timing.finite_stats(stats):
         return None
     keep = ("median_ms", "mean_ms", "stdev_ms", "cv", "min_ms", "p10_ms", "p90_ms", "n",
-            "method", "warmup_n", "budget_ms", "stream_median_ms", "sync_overhead_ms",
+            "method", "basis", "warmup_n", "budget_ms", "stream_median_ms",
+            "device_median_ms", "outside_stream_ms", "sync_overhead_ms",
             "l2_flush_bytes", "kernels_per_call", "kernel_error", "note")
     out: dict[str, Any] = {}
     for k in keep:
@@ -1200,7 +1201,7 @@ def validate_stats(stats: Any) -> dict[str, Any] | None:
             continue
         if isinstance(v, (int, float)) and math.isfinite(v):
             out[k] = v
-        elif isinstance(v, str) and k in ("method", "kernel_error", "note"):
+        elif isinstance(v, str) and k in ("method", "basis", "kernel_error", "note"):
             out[k] = v[:512]
     if isinstance(stats.get("events"), dict):
         sub = validate_stats(stats["events"])

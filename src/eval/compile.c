@@ -18,10 +18,11 @@
  * - The precompiled header is an accelerator only: keys do not depend on it
  *   (it holds exactly the headers binding_registry.h includes first), and a
  *   binding that fails for a PCH-specific reason is retried without it.
- * - So are the light torch/extension.h and torch/types.h of cu-torch units
- *   (light/ in the build directory, searched first): a load_inline source
- *   that includes either gets the part of torch the policy lets it use, and
- *   a unit that fails for want of a name is retried with the real headers.
+ * - So are the light torch/extension.h and torch/types.h (light/ in the
+ *   build directory, searched first by bindings and by cu-torch units, and
+ *   by the precompiled header): a source that includes either gets the part
+ *   of torch the policy lets it use, and a unit that fails for want of a
+ *   name is retried with the real headers (and without the precompiled one).
  * - Every path a compiler prints is mapped back to workspace-relative names
  *   before anyone reads it: units are compiled as "kernels/NAME" with the
  *   build directory as the working directory.
@@ -77,18 +78,26 @@ static const char pch_header[] =
     "#include <vector>\n";
 
 /*
- * What a load_inline source that includes torch/extension.h gets first (KernelBench mode). The
- * real header adds torch's C++ frontend (nn, optim, data, jit, ...) and the Python bindings, which
- * the policy refuses in such a source anyway, and which make nvcc, parsing them in three front
- * ends, several times slower.
+ * What a binding, or a load_inline source, that includes torch/extension.h gets first. The real
+ * header adds torch's C++ frontend (nn, optim, data, jit, ...), which the policy refuses in such
+ * sources anyway, and which makes a binding's compile, precompiled header or not, and nvcc, parsing
+ * it in three front ends, several times slower. gcc units get pybind11 and torch's type casters
+ * for it (bindings, load_inline's cpp source); nvcc units (cu-torch) may not bind.
+ * Include guards, not #pragma once: the precompiled header is built in another directory, and
+ * gcc would take this file there and here for two different files.
  */
 #define LIGHT_DIR "light"
 static const char light_header[] =
-    "/* cuda-agent: the tensor API of torch/extension.h for load_inline sources. */\n"
-    "#pragma once\n"
+    "/* cuda-agent: the tensor API of torch/extension.h for bindings and load_inline sources. */\n"
+    "#ifndef CUDA_AGENT_LIGHT_TORCH_EXTENSION_H\n"
+    "#define CUDA_AGENT_LIGHT_TORCH_EXTENSION_H\n"
     "#include <torch/types.h>\n"
     "#include <ATen/cuda/CUDAContext.h>\n"
-    "#include <c10/cuda/CUDAGuard.h>\n";
+    "#include <c10/cuda/CUDAGuard.h>\n"
+    "#ifndef __CUDACC__\n"
+    "#include <torch/csrc/utils/pybind.h>\n"
+    "#endif\n"
+    "#endif\n";
 
 /*
  * What `#include <torch/types.h>` (load_inline's prelude for cuda sources, and the light
@@ -98,8 +107,9 @@ static const char light_header[] =
  * real header, as for the light torch/extension.h.
  */
 static const char light_types_header[] =
-    "/* cuda-agent: the part of torch/types.h a load_inline source's host code may use. */\n"
-    "#pragma once\n"
+    "/* cuda-agent: the part of torch/types.h bindings and load_inline sources may use. */\n"
+    "#ifndef CUDA_AGENT_LIGHT_TORCH_TYPES_H\n"
+    "#define CUDA_AGENT_LIGHT_TORCH_TYPES_H\n"
     "#include <optional>\n"
     "#include <ATen/core/Tensor.h>\n"
     "#include <ATen/ops/empty.h>\n"
@@ -126,7 +136,8 @@ static const char light_types_header[] =
     "CA_TORCH_DTYPE_(kFloat32, kF32, kFloat)\n"
     "CA_TORCH_DTYPE_(kFloat64, kF64, kDouble)\n"
     "#undef CA_TORCH_DTYPE_\n"
-    "} // namespace torch\n";
+    "} // namespace torch\n"
+    "#endif\n";
 
 /* Paths of the build directory bound read-only for compilers. */
 static const char *const ro_compile[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER,
@@ -345,9 +356,10 @@ struct unit {
 struct job {
     struct unit *u;
     struct compile_unit_report *rep;
-    struct compile__argv argv;       /* with the precompiled header or light header, when used */
-    struct compile__argv argv_plain; /* without it (retry); empty when not used */
-    bool light;                      /* argv has the light torch/extension.h (cu-torch) */
+    struct compile__argv argv;       /* with the precompiled header or light headers, when used */
+    struct compile__argv argv_plain; /* without them (retry); empty when not used */
+    bool light;                      /* argv has the light torch/extension.h and types.h */
+    bool pch;                        /* argv has the precompiled header */
     char obj[40];                    /* obj/<n>.o in the build directory */
     const struct compile__argv *binds;
     /* Written by the worker. */
@@ -381,19 +393,50 @@ static bool pch_failure(const struct buf *out)
 }
 
 /*
- * A failure the light torch/extension.h may have caused: a name or header the real one would
- * have brought (EDG's and gcc's words). A unit broken for any other reason fails the same way
- * twice; that costs its author time, never a wrong verdict.
+ * A failure the light torch headers may have caused: a name or header the real ones would have
+ * brought (gcc's and EDG's words), with a torch, ATen, c10 or pybind11 name on the error's line
+ * or on the source lines the compiler quotes after it. Any other error fails the same way twice,
+ * so it is not retried: a broken binding costs one compile, not two. A unit the heuristic
+ * misjudges costs its author time, never a wrong verdict.
  */
 static bool light_failure(const struct buf *out)
 {
-    static const char *const words[] = {
-        "is undefined",    "has no member",         "was not declared", "is not a member of",
-        "incomplete type", "no instance of",        "no matching",      "cannot open source file",
-        "No such file",    "not a class, namespace"};
-    for (size_t i = 0; i < ARRAY_SIZE(words); i++)
-        if (strstr(out->data, words[i]))
-            return true;
+    static const char *const words[] = {"is undefined",
+                                        "has no member",
+                                        "was not declared",
+                                        "is not a member of",
+                                        "incomplete type",
+                                        "no instance of",
+                                        "no matching",
+                                        "cannot open source file",
+                                        "No such file",
+                                        "not a class, namespace",
+                                        "must be a class or namespace",
+                                        "has not been declared",
+                                        "does not name a type",
+                                        "is not a namespace"};
+    static const char *const names[] = {"torch", "at::",     "'at'", "\"at\"", "ATen",
+                                        "c10",   "pybind11", "py::", "Tensor"};
+    const char *p = out->data, *end = out->data + out->len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *eol = nl ? nl : end;
+        bool word = false;
+        for (size_t i = 0; !word && i < ARRAY_SIZE(words); i++)
+            word = memmem(p, (size_t)(eol - p), words[i], strlen(words[i])) != NULL;
+        if (word) {
+            /* This line and the two after it (gcc and EDG quote the source there). */
+            const char *q = eol;
+            for (int k = 0; k < 2 && q < end; k++) {
+                const char *n2 = memchr(q + 1, '\n', (size_t)(end - q - 1));
+                q = n2 ? n2 : end;
+            }
+            for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+                if (memmem(p, (size_t)(q - p), names[i], strlen(names[i])))
+                    return true;
+        }
+        p = eol + 1;
+    }
     return false;
 }
 
@@ -401,11 +444,11 @@ static void job_run(const struct ctx *c, struct job *j)
 {
     run_tool(c, c->build_dir, &j->argv, ro_compile, j->binds, &j->run);
     bool accel = j->argv_plain.n > 0;
-    j->used_pch = accel && !j->light;
+    j->used_pch = j->pch;
     if (!j->run.ok && accel && !j->run.timed_out &&
-        (j->light ? light_failure(&j->run.out) : pch_failure(&j->run.out))) {
-        LOG_INFO("compile: %s failed with the %s; retrying without it", j->u->name,
-                 j->light ? "light torch/extension.h" : "precompiled header");
+        ((j->light && light_failure(&j->run.out)) || (j->pch && pch_failure(&j->run.out)))) {
+        LOG_INFO("compile: %s failed with the %s; retrying without", j->u->name,
+                 j->light ? "light torch headers" : "precompiled header");
         j->retried = true;
         j->used_pch = false;
         int64_t first = j->run.elapsed_us;
@@ -702,6 +745,17 @@ static int make_dirs(const char *dir, const char *const *subdirs, struct ca_err 
     return 0;
 }
 
+/* Writes the light headers under DIR/light/torch/ (DIR/light/torch must exist). */
+static int write_light_headers(const char *dir, struct ca_err *err)
+{
+    int rc = write_file(dir, LIGHT_DIR "/torch/extension.h", light_header, sizeof(light_header) - 1,
+                        err);
+    if (!rc)
+        rc = write_file(dir, LIGHT_DIR "/torch/types.h", light_types_header,
+                        sizeof(light_types_header) - 1, err);
+    return rc;
+}
+
 /* The build directory: tmp/build.tmp-XXXXXX with the units and template files. */
 static int prepare_build_dir(struct build *b, struct ca_err *err)
 {
@@ -727,11 +781,7 @@ static int prepare_build_dir(struct build *b, struct ca_err *err)
         "kernels", "obj", "pch", "link", "out", LIGHT_DIR, (LIGHT_DIR "/torch"), NULL};
     rc = make_dirs(b->build_dir.data, subdirs, err);
     if (!rc)
-        rc = write_file(b->build_dir.data, LIGHT_DIR "/torch/extension.h", light_header,
-                        sizeof(light_header) - 1, err);
-    if (!rc)
-        rc = write_file(b->build_dir.data, LIGHT_DIR "/torch/types.h", light_types_header,
-                        sizeof(light_types_header) - 1, err);
+        rc = write_light_headers(b->build_dir.data, err);
     for (size_t i = 0; !rc && i < b->n; i++)
         rc = write_file(b->build_dir.data, b->units[i].name, b->units[i].src.data,
                         b->units[i].src.len, err);
@@ -853,9 +903,11 @@ static void make_flags(struct build *b, const char *arch)
     f = &b->cxx_flags;
     compile__argv_push(f, tc->cxx);
     compile__argv_push(f, torch_cxx_std(tc));
+    /* -O1: a binding checks its arguments, allocates and launches; -O2 and -O3 cost a
+     * third of its compile (pybind11's and torch's inline code) and gain it nothing measurable. */
     static const char *const cxx_common[] = {
         "-c",
-        "-O2",
+        "-O1",
         "-fPIC",
         ("-DTORCH_EXTENSION_NAME=" COMPILE_MODULE_NAME),
         "-DTORCH_API_INCLUDE_EXTENSION_H",
@@ -881,8 +933,15 @@ static void make_flags(struct build *b, const char *arch)
     push_bind(&b->ctx.binds_cxx, tc->cuda_home);
     push_bind(&b->ctx.binds_cxx, tc->python_include);
     push_bind(&b->ctx.binds_cxx, tc->cudnn_include);
+    /* The light headers are part of what the precompiled header holds. */
+    struct buf hdrs;
+    buf_init(&hdrs, sizeof(pch_header) + sizeof(light_header) + sizeof(light_types_header));
+    if (buf_addstr(&hdrs, pch_header) || buf_addstr(&hdrs, light_header) ||
+        buf_addstr(&hdrs, light_types_header))
+        BUG("precompiled header inputs over their bound");
     compile__pch_key(tc->cxx, tc->cxx_version, tc->torch_identity,
-                     (const char *const *)b->cxx_flags.v, SV_LIT(pch_header), b->pch_key);
+                     (const char *const *)b->cxx_flags.v, sv_from(hdrs.data, hdrs.len), b->pch_key);
+    buf_release(&hdrs);
     if (b->opts->inline_cuda)
         make_cu_torch_flags(b, num);
 }
@@ -933,22 +992,23 @@ static void submit(struct build *b, struct unit *u, struct compile_unit_report *
                                   : cu_torch ? &b->cu_torch_flags
                                              : &b->cxx_flags);
     j->binds = cu ? &b->ctx.binds_cu : cu_torch ? &b->ctx.binds_cu_torch : &b->ctx.binds_cxx;
-    /* The light headers only matter to a source that includes torch/extension.h or
-     * torch/types.h (load_inline's prelude). */
-    j->light = cu_torch && (memmem(u->src.data, u->src.len, "torch/extension.h", 17) ||
-                            memmem(u->src.data, u->src.len, "torch/types.h", 13));
-    if (j->light) {
+    /* The light headers matter to a binding (binding_registry.h includes torch/extension.h) and
+     * to a cu-torch source that includes torch/extension.h or torch/types.h (load_inline's
+     * prelude); the precompiled header, built with them, to bindings. */
+    j->light = !cu && (!cu_torch || memmem(u->src.data, u->src.len, "torch/extension.h", 17) ||
+                       memmem(u->src.data, u->src.len, "torch/types.h", 13));
+    j->pch = !cu && !cu_torch && b->pch_ready;
+    if (j->light || j->pch) {
         compile__argv_pushv(&j->argv_plain, &j->argv);
         compile__argv_push(&j->argv_plain, "-o");
         compile__argv_push(&j->argv_plain, j->obj);
         compile__argv_push(&j->argv_plain, u->name);
+    }
+    if (j->light) {
         compile__argv_push(&j->argv, "-I");
         compile__argv_push(&j->argv, LIGHT_DIR);
-    } else if (!cu && !cu_torch && b->pch_ready) {
-        compile__argv_pushv(&j->argv_plain, &j->argv);
-        compile__argv_push(&j->argv_plain, "-o");
-        compile__argv_push(&j->argv_plain, j->obj);
-        compile__argv_push(&j->argv_plain, u->name);
+    }
+    if (j->pch) {
         compile__argv_push(&j->argv, "-include");
         compile__argv_push(&j->argv, "pch/pch.h");
         compile__argv_push(&j->argv, "-Winvalid-pch");
@@ -1051,16 +1111,19 @@ static int ensure_pch(struct build *b, struct ca_err *err)
     free(base);
     if (rc)
         goto out;
-    static const char *const subdirs[] = {"pch", NULL};
+    static const char *const subdirs[] = {"pch", LIGHT_DIR, (LIGHT_DIR "/torch"), NULL};
     rc = make_dirs(tmp.data, subdirs, err);
     if (!rc)
         rc = write_file(tmp.data, "pch/pch.h", pch_header, sizeof(pch_header) - 1, err);
+    if (!rc)
+        rc = write_light_headers(tmp.data, err);
     if (rc)
         goto out;
     struct compile__argv argv;
     compile__argv_init(&argv);
     compile__argv_pushv(&argv, &b->cxx_flags);
-    static const char *const tail[] = {"-x", "c++-header", "pch/pch.h", "-o", "pch/pch.h.gch"};
+    static const char *const tail[] = {"-I",        LIGHT_DIR, "-x",           "c++-header",
+                                       "pch/pch.h", "-o",      "pch/pch.h.gch"};
     for (size_t i = 0; i < ARRAY_SIZE(tail); i++)
         compile__argv_push(&argv, tail[i]);
     static const char *const no_ro[] = {NULL};
@@ -1162,7 +1225,7 @@ static void unit_logs(struct build *b, struct job *j, size_t *budget, size_t *om
     (void)!compile__log_normalize(sv_from(j->run.out.data, j->run.out.len), strip, &norm);
     char *title = xstrfmt("%s (%s%s)", ur->name, j->run.how,
                           !j->retried ? ""
-                          : j->light  ? ", retried with the full torch/extension.h"
+                          : j->light  ? ", retried with the full torch headers"
                                       : ", retried without the precompiled header");
     log_add(b->rep, title, &j->run.out, strip);
     free(title);

@@ -267,8 +267,13 @@ def test_side_stream_work_is_counted(tmp_path, built):
     assert run.rc == 0, run  # correct values: the harness synchronises the device
     p = plain.result["timing"]["candidate"]
     s = run.result["timing"]["candidate"]
-    # What an end event on the current stream alone would have reported: far less.
+    # The reference solution works on the current stream: its time is the stream's.
+    assert p["basis"] == "stream", plain
+    # What an end event on the current stream alone would have reported: far less; the work
+    # outside it is added.
+    assert s["basis"] == "stream+outside", run
     assert s["stream_median_ms"] < 0.5 * s["median_ms"], run
+    assert s["outside_stream_ms"] > 0.5 * p["median_ms"], (plain, run)
     # The counted time matches the same kernel on the current stream.
     assert 0.75 * p["median_ms"] <= s["median_ms"] <= 1.5 * p["median_ms"], (plain, run)
 

@@ -622,7 +622,7 @@ TEST(inline_cuda_light_header_falls_back_to_the_real_one)
     kb_show_errors(&k);
     CHECK(k.r.ok);
     CHECK_CONTAINS(k.r.full_log.data, "kernels/kb_add.cu (exit 0, retried with the full "
-                                      "torch/extension.h)");
+                                      "torch headers)");
     kb_end(&k);
 }
 
@@ -650,13 +650,14 @@ TEST(inline_cuda_errors_and_no_torch)
 {
     if (!have_nvcc())
         return;
-    /* A compiler error is nvcc's, under the unit's name (after the retry with the real header). */
+    /* A compiler error is nvcc's, under the unit's name; not one the light headers could have
+     * caused (no torch name near it), so not retried with the real ones. */
     struct kb_build k;
     kb_begin(&k, "#include <torch/extension.h>\nint kb_add(int a, int b) { return c; }\n");
     REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
     CHECK(!k.r.ok);
     CHECK_CONTAINS(k.r.errors.data, "kernels/kb_add.cu:2");
-    CHECK_CONTAINS(k.r.full_log.data, "retried with the full torch/extension.h");
+    CHECK(strstr(k.r.full_log.data, "retried") == NULL);
 
     /* Without PyTorch nothing of a KernelBench build can be compiled. */
     no_torch(&k.o);
@@ -870,6 +871,42 @@ TEST(pch_damaged_or_refused)
     free(failed);
     free(gch);
     free(entry);
+    free(lib);
+    free(cache);
+    free(snap);
+}
+
+TEST(binding_needing_the_full_header_is_retried_with_it)
+{
+    if (!have_nvcc())
+        return;
+    /* Bindings get the light torch/extension.h (and the precompiled header built with it); one
+     * that names what only the real header declares (here torch::nn) is compiled again with the
+     * real header and without the precompiled one, and builds. */
+    char *snap = snapshot("snap");
+    put_text(snap, "nn_binding.cpp",
+             "#include \"binding_registry.h\"\n"
+             "static int size_of_module() { return (int)sizeof(torch::nn::Module); }\n"
+             "static void bind(pybind11::module_ &m) { m.def(\"s\", &size_of_module); }\n"
+             "REGISTER_BINDING(\"s\", bind);\n");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    if (!r.ok)
+        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", r.errors.data, r.full_log.data);
+    CHECK(r.ok);
+    CHECK_CONTAINS(r.full_log.data, "kernels/nn_binding.cpp (exit 0, retried with the full torch "
+                                    "headers)");
+    CHECK(!unit(&r, "kernels/nn_binding.cpp")->used_pch);
+    CHECK(unit(&r, "binding.cpp")->used_pch);
+    CHECK_CONTAINS(r.full_log.data, "== binding.cpp (exit 0)\n");
+    compile_report_release(&r);
     free(lib);
     free(cache);
     free(snap);
