@@ -6,7 +6,8 @@
 # there is one GPU). Results and logs go to OUT_DIR, a summary to stdout.
 #
 #   bash bench/gpu_session.sh CUDA_AGENT_BINARY OUT_DIR
-#   env: BENCH_TIMEOUT (540 s), SUITE_TIMEOUT (540 s), REPEATS, CLIENTS, JOBS (eval_service.sh)
+#   env: BENCH_TIMEOUT (540 s), SUITE_TIMEOUT (540 s), EPISODE (1; 0 skips the agent episode),
+#        REPEATS, CLIENTS, JOBS, SECTIONS (eval_service.sh)
 set -u
 CA=${1:?usage: gpu_session.sh CUDA_AGENT_BINARY OUT_DIR}
 OUT=${2:?usage: gpu_session.sh CUDA_AGENT_BINARY OUT_DIR}
@@ -32,8 +33,10 @@ half=$((ncpu / 2))
 suite() { # gpu cpus
     CUDA_VISIBLE_DEVICES=$1 CUDA_AGENT_CACHE_DIR=/tmp/ca-cache-suite taskset -c "$2" \
         timeout "${SUITE_TIMEOUT:-540}" bash -c '
-        bash bench/agent_episode.sh "$CA_BIN" "$0/episode" >"$0/episode.log" 2>&1
-        echo "episode rc=$?" >>"$0/suite-status"
+        if [ "${EPISODE:-1}" != 0 ]; then
+            bash bench/agent_episode.sh "$CA_BIN" "$0/episode" >"$0/episode.log" 2>&1
+            echo "episode rc=$?" >>"$0/suite-status"
+        fi
         python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_adversarial.py \
             >"$0/adversarial.log" 2>&1
         echo "adversarial rc=$?" >>"$0/suite-status"
