@@ -273,21 +273,34 @@ def _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps, max_reps,
 
     n_probe = min(50, max(10, reps))
     overhead = [one(nothing, fresh=False)[0] for _ in range(n_probe)]
-    probe_gaps = [a - s for a, s in (one(tiny, fresh=False) for _ in range(n_probe))]
+    probe = [one(tiny, fresh=False) for _ in range(n_probe)]
+    out = combine_event_times(all_times, stream_times, probe)
+    out.update({
+        "method": "events",
+        "warmup_n": len(costs),
+        "sync_overhead_ms": _median(overhead),
+        "l2_flush_bytes": flush.nbytes,
+    })
+    return out
+
+
+def combine_event_times(device_times: Sequence[float], stream_times: Sequence[float],
+                        probe: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """The statistics of timed calls from their (device end, stream end) times and the same
+    pairs for a tiny kernel on the current stream (the host's latency): each call's stream
+    time, plus the median work left outside the stream when it is over the tolerance (see
+    the module docstring)."""
     stream_med = _median(stream_times)
-    outside = _median([a - s for a, s in zip(all_times, stream_times)]) - _median(probe_gaps)
+    gap = _median([d - s for d, s in zip(device_times, stream_times)])
+    outside = gap - _median([d - s for d, s in probe])
     tolerance = max(OUTSIDE_TOLERANCE_MS, OUTSIDE_TOLERANCE_FRACTION * stream_med)
     counted = outside if outside > tolerance else 0.0
     out = summarize([s + counted for s in stream_times])
     out.update({
-        "method": "events",
         "basis": "stream+outside" if counted else "stream",
-        "warmup_n": len(costs),
         "stream_median_ms": stream_med,
-        "device_median_ms": _median(all_times),
+        "device_median_ms": _median(device_times),
         "outside_stream_ms": max(outside, 0.0),
-        "sync_overhead_ms": _median(overhead),
-        "l2_flush_bytes": flush.nbytes,
     })
     return out
 

@@ -639,6 +639,47 @@ def test_summarize():
     assert timing.summarize([])["n"] == 0
 
 
+def _event_times(n, stream_ms, host_ms, outside_ms, seed):
+    """(device end, stream end) pairs of n calls: the stream's work, then work left on other
+    streams, then the host's latency (jittered) before the device end is recorded."""
+    import random
+    rnd = random.Random(seed)
+    stream = [stream_ms + rnd.uniform(-0.0005, 0.0005) for _ in range(n)]
+    device = [s + outside_ms + host_ms + rnd.uniform(-0.003, 0.003) for s in stream]
+    return device, stream
+
+
+def test_event_times_count_the_stream_not_the_host():
+    """A call's time is its stream time: the host's latency after it, however it moves from
+    run to run, is not counted, while work left outside the current stream is."""
+    medians = []
+    for run, host in enumerate((0.009, 0.011, 0.013)):  # the latency's median moves by run
+        device, stream = _event_times(500, 0.080, host, 0.0, run)
+        probe = list(zip(*_event_times(30, 0.002, host, 0.0, 100 + run)))
+        r = timing.combine_event_times(device, stream, probe)
+        assert r["basis"] == "stream", r
+        assert r["median_ms"] == pytest.approx(0.080, abs=0.0006), r
+        assert r["device_median_ms"] == pytest.approx(0.080 + host, abs=0.001), r
+        medians.append(r["median_ms"])
+    assert max(medians) - min(medians) < 0.001  # < 1.25% of 80 us, where the device end moved 5%
+
+    # 50 us left on a side stream: added (to every call's stream time).
+    device, stream = _event_times(500, 0.030, 0.010, 0.050, 7)
+    probe = list(zip(*_event_times(30, 0.002, 0.010, 0.0, 8)))
+    r = timing.combine_event_times(device, stream, probe)
+    assert r["basis"] == "stream+outside", r
+    assert r["median_ms"] == pytest.approx(0.080, abs=0.002), r
+    assert r["outside_stream_ms"] == pytest.approx(0.050, abs=0.002), r
+    assert r["n"] == 500 and r["min_ms"] <= r["median_ms"] <= r["p90_ms"]
+
+    # Below the tolerance (max(2 us, 1% of the stream time)) it is taken for noise.
+    device, stream = _event_times(500, 0.300, 0.010, 0.0025, 9)
+    probe = list(zip(*_event_times(30, 0.002, 0.010, 0.0, 10)))
+    r = timing.combine_event_times(device, stream, probe)
+    assert r["basis"] == "stream" and r["median_ms"] == pytest.approx(0.300, abs=0.0006), r
+    assert r["outside_stream_ms"] == pytest.approx(0.0025, abs=0.002), r
+
+
 def test_measure_cpu_respects_budget_and_limits():
     calls = []
 
