@@ -93,8 +93,8 @@ struct llm_reply {
     int attempts;
     bool deadline_hit; /* the caller's deadline (o.deadline_us) ended the request, not the
                         * server: an attempt cut by its clipped timeout, or no time left for one */
-    int64_t http_us; /* time in the transport and in waits between attempts; building the
-                      * request and parsing the reply are not counted */
+    int64_t http_us;   /* time in the transport and in waits between attempts; building the
+                        * request and parsing the reply are not counted */
 };
 
 void llm_reply_init(struct llm_reply *r);
