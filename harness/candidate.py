@@ -6,13 +6,15 @@ environment and its own process group:
     python3 harness/candidate.py --job DIR --report-fd N
     python3 harness/candidate.py --prewarm --report-fd N     (reads DIR from the first stdin line)
 
-DIR holds what the trusted side wrote (job.json, init_inputs.pt, state_dict.pt); the input
+DIR holds what the trusted side wrote (job.json, init_inputs.pt, state_dict.pt, and for an
+extra shape that changes the model's sizes init_inputs_K.pt, state_dict_K.pt); the input
 sets themselves lie in the evaluator's shared memory (harness/arena.py: device memory through
 CUDA IPC, or a shared file), described in job.json. This process imports timing.py first
 (capturing timers before any candidate code exists), initialises the device, opens the arena,
 loads the extension as the module `cuda_extension` (a compiled .so, or for tests only a Python
 file), imports model_new.py by path, builds ModelNew(*init_inputs), loads Model's state_dict
-(strict) and then, for every input set: poisons freed device memory with NaN (so unwritten
+(strict) (and, when an input set names another of the job's models, that one too, before
+the set) and then, for every input set: poisons freed device memory with NaN (so unwritten
 output elements show), runs forward under torch.no_grad() directly on the arena's input views,
 synchronises, and copies each output into its arena slot for the trusted side to compare (the
 trusted side checks the inputs for mutation in place). It never sees the reference outputs or
@@ -183,6 +185,8 @@ class Runner:
         self.chan = chan
         self.device = timing.resolve_device(job["device"])
         self.model: Any = None
+        self.model_cls: Any = None
+        self.models: dict[int, Any] = {}  # extra shapes' own models, by job model index
         self.arena: ar.Arena | None = None
         self.extension: Any = None
 
@@ -226,38 +230,8 @@ class Runner:
         if not isinstance(model_cls, type):
             raise Failure("import", "model_new.py defines no class ModelNew")
 
-        self.stage("build")
-        init_inputs = torch.load("init_inputs.pt", weights_only=True)
-        torch.manual_seed(0)
-        try:
-            model = model_cls(*init_inputs)
-        except BaseException as exc:  # noqa: BLE001
-            raise _fail_from(exc, "build", "ModelNew(*get_init_inputs()) raised")
-        if not isinstance(model, torch.nn.Module):
-            raise Failure("build", f"ModelNew(...) returned a {type(model).__name__}, "
-                                   "not a torch.nn.Module")
-
-        self.stage("load_state_dict")
-        state = torch.load("state_dict.pt", weights_only=True)
-        try:
-            theirs = list(model.state_dict().keys())
-        except BaseException as exc:  # noqa: BLE001
-            raise _fail_from(exc, "state_dict", "ModelNew.state_dict() raised")
-        missing = [k for k in state if k not in theirs]
-        unexpected = [k for k in theirs if k not in state]
-        if missing or unexpected:
-            raise Failure("state_dict",
-                          "state_dict keys differ from Model's: "
-                          + (f"missing in ModelNew {missing}" if missing else "")
-                          + ("; " if missing and unexpected else "")
-                          + (f"not in Model {unexpected}" if unexpected else ""),
-                          {"missing": missing, "unexpected": unexpected})
-        try:
-            model.load_state_dict(state, strict=True)
-            model = model.to(self.device).eval()
-        except BaseException as exc:  # noqa: BLE001
-            raise _fail_from(exc, "state_dict", "loading Model's state_dict failed")
-        self.model = model
+        self.model_cls = model_cls
+        self.model = self.build_model(0)
 
         self.stage("verify")
         for i in range(int(job["n_sets"])):
@@ -279,6 +253,55 @@ class Runner:
             self.verify_set(int(post), fresh=True)
         self.chan.send({"type": "done"})
         return True
+
+    def build_model(self, k: int) -> Any:
+        """ModelNew built from the job's model k (0: the task's own init inputs; others: those
+        of an extra shape that changes them) with Model's state_dict loaded (strict)."""
+        files = (self.job.get("models") or [{}])[k] if k else {}
+        at = "" if not k else f" (model {k}, for an extra shape of the task)"
+        self.stage("build")
+        init_inputs = torch.load(files.get("init_inputs", "init_inputs.pt"), weights_only=True)
+        torch.manual_seed(0)
+        try:
+            model = self.model_cls(*init_inputs)
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "build", f"ModelNew(*get_init_inputs()) raised{at}")
+        if not isinstance(model, torch.nn.Module):
+            raise Failure("build", f"ModelNew(...) returned a {type(model).__name__}, "
+                                   f"not a torch.nn.Module{at}")
+
+        self.stage("load_state_dict")
+        state = torch.load(files.get("state_dict", "state_dict.pt"), weights_only=True)
+        try:
+            theirs = list(model.state_dict().keys())
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "state_dict", f"ModelNew.state_dict() raised{at}")
+        missing = [k for k in state if k not in theirs]
+        unexpected = [k for k in theirs if k not in state]
+        if missing or unexpected:
+            raise Failure("state_dict",
+                          "state_dict keys differ from Model's: "
+                          + (f"missing in ModelNew {missing}" if missing else "")
+                          + ("; " if missing and unexpected else "")
+                          + (f"not in Model {unexpected}" if unexpected else "") + at,
+                          {"missing": missing, "unexpected": unexpected})
+        try:
+            model.load_state_dict(state, strict=True)
+            model = model.to(self.device).eval()
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "state_dict", f"loading Model's state_dict failed{at}")
+        return model
+
+    def model_for(self, i: int) -> Any:
+        """The model input set i runs on: the task's own, or (an extra shape whose sizes change
+        the model's parameters) one built for it, once."""
+        k = int(self.job["sets"][i].get("model") or 0)
+        if k == 0:
+            return self.model
+        if k not in self.models:
+            self.models[k] = self.build_model(k)
+            self.stage("verify")
+        return self.models[k]
 
     def set_inputs(self, i: int) -> tuple[list[Any], list[Any]]:
         """Input set i as (views of the arena, the arguments for the forward). On a CUDA arena
@@ -335,6 +358,7 @@ class Runner:
         """Runs the forward on input set i and reports it. fresh: on copies allocated the way
         the timing loop allocates its inputs (so at the addresses the timed calls saw), copied
         back afterwards; a forward that caches results by input pointer returns a stale one."""
+        model = self.model_for(i)
         views, args = self.set_inputs(i)
         if fresh:
             args = [_clone(x) for x in args]
@@ -342,7 +366,7 @@ class Runner:
         t0 = _perf_counter()
         try:
             with torch.no_grad():
-                out = self.model(*args)
+                out = model(*args)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         except BaseException as exc:  # noqa: BLE001

@@ -296,6 +296,11 @@ class InputSet:
         self.ref64: list[Any] | None = None
         self.ref_mutated: list[int] = []  # inputs the reference itself modifies in place
         self.overrides: dict[str, int] | None = None  # kind "shape": the sizes it was drawn at
+        # kind "shape" whose sizes change get_init_inputs(): the model's own init inputs, its
+        # reference model and its index in the job's models (0 is the task's own model).
+        self.init: list[Any] | None = None
+        self.model: torch.nn.Module | None = None
+        self.model_index = 0
 
 
 def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device,
@@ -327,12 +332,32 @@ def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device,
             log("adversarial set skipped: no eligible input")
             break
         sets.append(InputSet(n_random + a, "adversarial", raw, device))
-    for shape in extra_shapes(task):
+    shapes = extra_shapes(task)
+    default_init = init_with(task, {}) if shapes else []
+    for shape in shapes:
         torch.manual_seed(secret_seed())
         s = InputSet(len(sets), "shape", draw_with(task, shape, device), device)
         s.overrides = shape
+        init = init_with(task, shape)
+        if not same_args(init, default_init):
+            s.init = init  # sizes the model's parameters depend on: a model of its own
         sets.append(s)
     return sets, info
+
+
+def same_args(a: list[Any], b: list[Any]) -> bool:
+    """Two argument lists with the same values (tensors: same dtype, shape and elements)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+                    and x.dtype == y.dtype and x.shape == y.shape
+                    and bool(same_values(x.cpu(), y.cpu()).all())):
+                return False
+        elif type(x) is not type(y) or x != y:
+            return False
+    return True
 
 
 def extra_shapes(task: Any) -> list[dict[str, int]]:
@@ -362,16 +387,46 @@ def extra_shapes(task: Any) -> list[dict[str, int]]:
     return out
 
 
-def draw_with(task: Any, overrides: dict[str, int], device: torch.device) -> list[Any]:
-    """draw_inputs() with some module-level names of the task set for the call."""
+def with_overrides(task: Any, overrides: dict[str, int], fn: Callable[[], Any]) -> Any:
+    """fn() with some module-level names of the task set for the call."""
     saved = {n: getattr(task, n) for n in overrides}
     try:
         for n, v in overrides.items():
             setattr(task, n, v)
-        return draw_inputs(task, device)
+        return fn()
     finally:
         for n, v in saved.items():
             setattr(task, n, v)
+
+
+def draw_with(task: Any, overrides: dict[str, int], device: torch.device) -> list[Any]:
+    """draw_inputs() with some module-level names of the task set for the call."""
+    return with_overrides(task, overrides, lambda: draw_inputs(task, device))
+
+
+def init_with(task: Any, overrides: dict[str, int]) -> list[Any]:
+    """get_init_inputs() with some module-level names of the task set for the call."""
+    return with_overrides(task, overrides, lambda: as_list(
+        task_call("get_init_inputs()", task.get_init_inputs), "get_init_inputs()"))
+
+
+def shape_models(task: Any, sets: list[InputSet], device: torch.device) -> list[Any]:
+    """A reference model for each extra-shape set whose sizes change get_init_inputs(), built
+    like the task's own (fresh secret seed) and set on it; returns them in the job's order
+    (the task's own model is number 0)."""
+    models = []
+    for s in sets:
+        if s.init is None:
+            continue
+        torch.manual_seed(secret_seed())
+        init = s.init
+        what = "Model(*get_init_inputs()) at " + ", ".join(
+            f"{k}={v}" for k, v in (s.overrides or {}).items())
+        m = task_call(what, lambda: task.Model(*init))
+        s.model = task_call(f"moving {what} to the device", lambda: m.to(device).eval())
+        models.append(s.model)
+        s.model_index = len(models)
+    return models
 
 
 class SetPrefetch:
@@ -604,6 +659,7 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
     first failure."""
     record: dict[str, Any] = {"seed_index": s.index, "kind": s.kind, "ok": False,
                               **({"shape": s.overrides} if s.overrides else {}),
+                              **({"own_model": True} if s.model is not None else {}),
                               "max_abs_diff": None, "mismatches": 0, "first_mismatches": [],
                               "outputs": []}
     if len(outs) != len(s.ref):
@@ -1298,8 +1354,9 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         result["verification"]["n_extra_shapes"] = sum(1 for s in sets if s.kind == "shape")
         all_sets = sets + ([post] if post is not None else [])
         t_ref32 = time.monotonic()
+        extra_models = shape_models(task, all_sets, device)
         for s in all_sets:  # fast on a GPU; sizes the output slots and the poisoning
-            compute_reference(model, s, device)
+            compute_reference(s.model or model, s, device)
         elapsed["setup_reference"] = time.monotonic() - t_ref32
         elapsed["setup"] = time.monotonic() - t_start
 
@@ -1315,6 +1372,17 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         t_job = time.monotonic()
         torch.save([cpu_copy(x) for x in init_inputs], os.path.join(job_dir, "init_inputs.pt"))
         torch.save(state, os.path.join(job_dir, "state_dict.pt"))
+        job_models = [{"init_inputs": "init_inputs.pt", "state_dict": "state_dict.pt"}]
+        for s in all_sets:
+            if s.model is None:
+                continue
+            k = s.model_index
+            files = {"init_inputs": f"init_inputs_{k}.pt", "state_dict": f"state_dict_{k}.pt"}
+            torch.save([cpu_copy(x) for x in s.init or []],
+                       os.path.join(job_dir, files["init_inputs"]))
+            torch.save({n: v.detach().to("cpu").clone() for n, v in s.model.state_dict().items()},
+                       os.path.join(job_dir, files["state_dict"]))
+            job_models.append(files)
         arena_bytes = lay_out(all_sets)
         try:
             arena, why_not_ipc = ar.create(arena_bytes, device, job_dir)
@@ -1337,7 +1405,9 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             "model_new": os.path.abspath(os.path.join(opts.candidate_dir, "model_new.py")),
             "n_sets": len(sets),
             "arena": arena.desc,
-            "sets": [{"inputs": s.slots, "outputs": s.out_slots} for s in all_sets],
+            "models": job_models,
+            "sets": [{"inputs": s.slots, "outputs": s.out_slots, "model": s.model_index}
+                     for s in all_sets],
             "post_timing_set": post.index if post is not None else None,
             "precision": opts.precision,
             "poison_bytes": out_bytes,
@@ -1355,16 +1425,18 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
 
         # -- float64 references (while the candidate starts)
         t_ref = time.monotonic()
-        model64 = None
+        models64: dict[int, torch.nn.Module | None] = {}
         why64 = None
-        try:
-            model64 = copy.deepcopy(model).double()
-        except Exception as exc:
-            why64 = f"{type(exc).__name__}: {exc}"
+        for k, m in enumerate([model] + extra_models):
+            try:
+                models64[k] = copy.deepcopy(m).double()
+            except Exception as exc:
+                models64[k] = None
+                why64 = why64 or f"{type(exc).__name__}: {exc}"
         for s in all_sets:
-            why = compute_reference64(model64, s) if model64 is not None else why64
+            why = compute_reference64(models64[s.model_index], s)
             why64 = why64 or why
-        del model64
+        del models64
         result["verification"]["fp64_reference"] = True if why64 is None else \
             f"unavailable: {hu.cap(why64, 512)}"
         mutated = sorted({k for s in all_sets for k in s.ref_mutated})

@@ -19,9 +19,10 @@ features = 4096
 scale = 1.5
 
 
-# Verified besides the shape above (features is fixed by the model's bias): odd, tiny and
-# larger batches catch kernels written for 8192 rows.
-EXTRA_SHAPES = [{"batch_size": 37}, {"batch_size": 1}, {"batch_size": 8195}]
+# Verified besides the shape above: odd, tiny and larger batches catch kernels written for
+# 8192 rows; an odd feature count (a bias of 1001, so a model of its own) catches kernels
+# written for 4096 columns or for rows of whole float4s.
+EXTRA_SHAPES = [{"batch_size": 37, "features": 1001}, {"batch_size": 1}, {"batch_size": 8195}]
 
 
 def get_inputs():

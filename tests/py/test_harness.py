@@ -1032,6 +1032,53 @@ def test_extra_shapes_catch_a_kernel_written_for_one_shape(tmp_path):
     assert "(shape rows=3)" in bad.failure["message"]
 
 
+FEATURED_TASK = TASK + """
+
+EXTRA_SHAPES = [{"rows": 3}, {"features": 5}, {"rows": 2, "features": 37}]
+rows = 16
+features = 37
+
+
+def get_inputs():  # noqa: F811  (the featured variant)
+    return [torch.randn(rows, features)]
+
+
+def get_init_inputs():  # noqa: F811
+    return [features, 1.5]
+"""
+
+
+def test_extra_shapes_that_change_the_model_get_a_model_of_their_own(tmp_path):
+    ok = evaluate(tmp_path / "ok", task=FEATURED_TASK, args=["--no-timing"])
+    assert ok.rc == 0, ok
+    shaped = [r for r in ok.result["verification"]["sets"] if r["kind"] == "shape"]
+    assert [r["outputs"][0]["shape"] for r in shaped] == [[3, 37], [16, 5], [2, 37]]
+    # Only the set whose sizes change get_init_inputs() has its own model.
+    assert [r.get("own_model", False) for r in shaped] == [False, True, False], ok
+
+    # A kernel written for the task's 37 features fails at 5.
+    ext = EXT + textwrap.dedent("""
+        def affine_37(x, w, b, scale):
+            y = affine(x, w, b, scale)
+            if x.shape[1] != 37:
+                y = y.clone()
+                y[:, -1] = 0
+            return y
+        """)
+    bad = evaluate(tmp_path / "bad", task=FEATURED_TASK, ext=ext, args=["--no-timing"],
+                   new=model_new(
+        "return cuda_extension.affine_37(x, self.weight, self.bias, self.scale)"))
+    assert_failed(bad, "mismatch")
+    assert "(shape features=5)" in bad.failure["message"], bad
+
+    # A ModelNew that ignores its init inputs (sized for 37) cannot take the 5-feature weights.
+    fixed = model_new().replace("torch.zeros(features)", "torch.zeros(37)")
+    assert fixed.count("torch.zeros(37)") == 2
+    run = evaluate(tmp_path / "fixed", task=FEATURED_TASK, new=fixed, args=["--no-timing"])
+    assert_failed(run, "state_dict")
+    assert "for an extra shape" in run.failure["message"], run
+
+
 @pytest.mark.parametrize("decl, message", [
     ("EXTRA_SHAPES = {'rows': 3}", "must be a list"),
     ("EXTRA_SHAPES = [{}]", "non-empty dict"),
