@@ -13,8 +13,10 @@
  * toolchain discovery; a cold build (empty cache: every unit, the precompiled
  * header, the link); the same build again (all cached); a build after a
  * change to one .cu; after a change to one binding (with the precompiled
- * header); the same without it. Prints one JSON object per step, with every
- * unit's time. Without PyTorch only the .cu steps run.
+ * header); the same without it; then, as the baseline, the same two with the
+ * real torch headers instead of the light ones (their precompiled header is
+ * built first, step "full_headers_pch"). Prints one JSON object per step, with
+ * every unit's time. Without PyTorch only the .cu steps run.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -151,6 +153,16 @@ int main(int argc, char **argv)
     touch_first(snap, "_binding.cpp", 3);
     o.use_pch = false;
     step("binding_changed_no_pch", &o, snap, out_so);
+    /* The baseline: the real torch headers (a precompiled header of their own, built here). */
+    o.use_light = false;
+    o.use_pch = true;
+    touch_first(snap, "_binding.cpp", 4);
+    step("full_headers_pch", &o, snap, out_so);
+    touch_first(snap, "_binding.cpp", 5);
+    step("binding_changed_full_headers_pch", &o, snap, out_so);
+    touch_first(snap, "_binding.cpp", 6);
+    o.use_pch = false;
+    step("binding_changed_full_headers_no_pch", &o, snap, out_so);
     printf("{\"module\": \"%s\", \"scratch\": \"%s\"}\n", out_so, scratch);
     free(snap);
     free(cache_dir);

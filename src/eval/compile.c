@@ -147,7 +147,7 @@ static const char *const ro_link[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER,
 
 void compile_opts_init(struct compile_opts *o)
 {
-    *o = (struct compile_opts){.use_sandbox = true, .use_pch = true};
+    *o = (struct compile_opts){.use_sandbox = true, .use_pch = true, .use_light = true};
 }
 
 const char *compile_role_name(enum compile_role role)
@@ -936,8 +936,9 @@ static void make_flags(struct build *b, const char *arch)
     /* The light headers are part of what the precompiled header holds. */
     struct buf hdrs;
     buf_init(&hdrs, sizeof(pch_header) + sizeof(light_header) + sizeof(light_types_header));
-    if (buf_addstr(&hdrs, pch_header) || buf_addstr(&hdrs, light_header) ||
-        buf_addstr(&hdrs, light_types_header))
+    if (buf_addstr(&hdrs, pch_header) ||
+        (b->opts->use_light &&
+         (buf_addstr(&hdrs, light_header) || buf_addstr(&hdrs, light_types_header))))
         BUG("precompiled header inputs over their bound");
     compile__pch_key(tc->cxx, tc->cxx_version, tc->torch_identity,
                      (const char *const *)b->cxx_flags.v, sv_from(hdrs.data, hdrs.len), b->pch_key);
@@ -995,8 +996,9 @@ static void submit(struct build *b, struct unit *u, struct compile_unit_report *
     /* The light headers matter to a binding (binding_registry.h includes torch/extension.h) and
      * to a cu-torch source that includes torch/extension.h or torch/types.h (load_inline's
      * prelude); the precompiled header, built with them, to bindings. */
-    j->light = !cu && (!cu_torch || memmem(u->src.data, u->src.len, "torch/extension.h", 17) ||
-                       memmem(u->src.data, u->src.len, "torch/types.h", 13));
+    j->light = b->opts->use_light && !cu &&
+               (!cu_torch || memmem(u->src.data, u->src.len, "torch/extension.h", 17) ||
+                memmem(u->src.data, u->src.len, "torch/types.h", 13));
     j->pch = !cu && !cu_torch && b->pch_ready;
     if (j->light || j->pch) {
         compile__argv_pushv(&j->argv_plain, &j->argv);
@@ -1122,8 +1124,11 @@ static int ensure_pch(struct build *b, struct ca_err *err)
     struct compile__argv argv;
     compile__argv_init(&argv);
     compile__argv_pushv(&argv, &b->cxx_flags);
-    static const char *const tail[] = {"-I",        LIGHT_DIR, "-x",           "c++-header",
-                                       "pch/pch.h", "-o",      "pch/pch.h.gch"};
+    if (b->opts->use_light) {
+        compile__argv_push(&argv, "-I");
+        compile__argv_push(&argv, LIGHT_DIR);
+    }
+    static const char *const tail[] = {"-x", "c++-header", "pch/pch.h", "-o", "pch/pch.h.gch"};
     for (size_t i = 0; i < ARRAY_SIZE(tail); i++)
         compile__argv_push(&argv, tail[i]);
     static const char *const no_ro[] = {NULL};

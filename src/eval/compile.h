@@ -53,6 +53,9 @@ struct compile_opts {
     int64_t timeout_ms;       /* per compiler run; <= 0: COMPILE_DEFAULT_TIMEOUT_MS */
     bool use_sandbox;         /* each compiler in its own sandbox (sandbox.h) */
     bool use_pch;             /* precompiled torch/pybind11 headers for the bindings */
+    bool use_light;           /* the light torch/extension.h and torch/types.h for bindings
+                                 (and their precompiled header) and cu-torch units; off: the
+                                 real headers, as a baseline to measure against */
     bool inline_cuda;         /* KernelBench mode: every kernels/NAME.cu is the cuda_sources of
                                  a load_inline call, built by nvcc with the torch headers
                                  (COMPILE_ROLE_CU_TORCH) as load_inline would build it */
@@ -61,7 +64,7 @@ struct compile_opts {
                                  0: COMPILE_DEFAULT_CACHE_MAX; UINT64_MAX: never */
 };
 
-/* Defaults: everything 0/NULL but use_sandbox and use_pch, which are on. */
+/* Defaults: everything 0/NULL but use_sandbox, use_pch and use_light, which are on. */
 void compile_opts_init(struct compile_opts *o);
 
 enum compile_role {

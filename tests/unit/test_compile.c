@@ -912,6 +912,48 @@ TEST(binding_needing_the_full_header_is_retried_with_it)
     free(snap);
 }
 
+TEST(real_headers_when_light_ones_are_off)
+{
+    if (!have_nvcc())
+        return;
+    /* use_light off (the benchmark's baseline): the binding that needs the real header builds
+     * at once, with a precompiled header of the real headers (another key: built anew). */
+    char *snap = snapshot("snap");
+    put_text(snap, "nn_binding.cpp",
+             "#include \"binding_registry.h\"\n"
+             "static int size_of_module() { return (int)sizeof(torch::nn::Module); }\n"
+             "static void bind(pybind11::module_ &m) { m.def(\"s\", &size_of_module); }\n"
+             "REGISTER_BINDING(\"s\", bind);\n");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    fake_torch(&o, lib);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0); /* light: retried, and a light PCH built */
+    CHECK(r.ok && r.pch_built);
+    CHECK_CONTAINS(r.full_log.data, "retried with the full torch headers");
+    o.use_light = false;
+    put_text(snap, "nn_binding.cpp",
+             "#include \"binding_registry.h\"\n"
+             "static int size_of_module() { return 1 + (int)sizeof(torch::nn::Module); }\n"
+             "static void bind(pybind11::module_ &m) { m.def(\"s\", &size_of_module); }\n"
+             "REGISTER_BINDING(\"s\", bind);\n");
+    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
+    if (!r.ok)
+        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", r.errors.data, r.full_log.data);
+    CHECK(r.ok);
+    CHECK(r.pch_built);
+    CHECK(unit(&r, "kernels/nn_binding.cpp")->used_pch);
+    CHECK(strstr(r.full_log.data, "retried") == NULL);
+    compile_report_release(&r);
+    free(lib);
+    free(cache);
+    free(snap);
+}
+
 TEST(binding_error_trimmed)
 {
     if (!have_nvcc())
