@@ -58,7 +58,7 @@ want 2 && for sol in examples/solutions/*/; do
     python3 - "$OUT" "$name" "$REPEATS" <<'PY'
 import json, statistics, sys
 out, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-rewards, meds, cvs, walls = [], [], [], []
+rewards, meds, cvs, walls, streams, devices, bases = [], [], [], [], [], [], []
 for i in range(1, n + 1):
     r = json.load(open(f"{out}/stab-{name}-{i}.json"))
     rewards.append((r.get("reward") or {}).get("reward"))
@@ -66,19 +66,28 @@ for i in range(1, n + 1):
     c = t.get("candidate") or {}
     meds.append(c.get("median_ms"))
     cvs.append(c.get("cv"))
+    streams.append(c.get("stream_median_ms"))
+    devices.append(c.get("device_median_ms"))
+    bases.append(c.get("basis"))
     walls.append(r.get("elapsed_ms"))
     base = t
 ok = [m for m in meds if isinstance(m, (int, float))]
 if not ok:
     print(f"{name}: no evaluation was timed; rewards {rewards}")
     sys.exit(0)
-cv = statistics.pstdev(ok) / statistics.mean(ok) if len(ok) > 1 else float("nan")
+def cv_of(xs):
+    xs = [x for x in xs if isinstance(x, (int, float))]
+    return 100 * statistics.pstdev(xs) / statistics.mean(xs) if len(xs) > 1 else float("nan")
+cv = cv_of(ok) / 100
 e = (base.get("eager") or {}).get("median_ms")
 c = (base.get("compile") or {}).get("median_ms")
 print(f"{name}: rewards {rewards}; candidate median {statistics.mean(ok):.4f} ms, "
       f"CV across runs {100 * cv:.2f}%, within-run CV {cvs}; eager {e} compile {c}; "
       f"speedup vs compile {c / statistics.mean(ok):.3f}; "
       f"eval wall median {statistics.median(walls) / 1000:.2f} s")
+# The time's basis (the stream's time plus work outside it) beside the two end events alone.
+print(f"  {name}: CV across runs of the stream end {cv_of(streams):.2f}%, of the device end "
+      f"{cv_of(devices):.2f}%; basis {sorted(set(map(str, bases)))}")
 PY
 done
 
