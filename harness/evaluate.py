@@ -1160,7 +1160,7 @@ def device_info(device: torch.device) -> dict[str, Any]:
 def baseline_key(task_sha: str, dev: dict[str, Any], precision: str, mode: str) -> dict:
     return {"version": BASELINE_CACHE_VERSION, "task_sha256": task_sha, "device": dev["name"],
             "device_type": dev["type"], "torch": dev["torch"], "cuda": dev["cuda"],
-            "precision": precision, "timing": mode}
+            "precision": precision, "timing": mode, "timing_method": timing.METHOD_VERSION}
 
 
 def baseline_cache_path(cache_dir: str, key: dict) -> str:

@@ -603,6 +603,11 @@ def test_baseline_cache(tmp_path):
     third = evaluate(tmp_path, args=["--baseline-cache", str(cache), "--precision", "tf32"])
     assert third.result["timing"]["baseline_cached"] is False, third
     assert len(list(cache.glob("baseline-*.json"))) == 2
+    # Baselines measured by another version of the timing method are not reused.
+    entry["key"]["timing_method"] = timing.METHOD_VERSION - 1
+    files[0].write_text(json.dumps(entry))
+    fourth = evaluate(tmp_path, args=["--baseline-cache", str(cache)])
+    assert fourth.result["timing"]["baseline_cached"] is False, fourth
 
 
 def test_compile_baseline(tmp_path):
