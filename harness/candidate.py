@@ -186,7 +186,7 @@ class Runner:
         self.device = timing.resolve_device(job["device"])
         self.model: Any = None
         self.model_cls: Any = None
-        self.models: dict[int, Any] = {}  # extra shapes' own models, by job model index
+        self.models: dict[int, Any] = {}  # by job model index: 0 (self.model), extra shapes'
         self.arena: ar.Arena | None = None
         self.extension: Any = None
 
@@ -231,7 +231,7 @@ class Runner:
             raise Failure("import", "model_new.py defines no class ModelNew")
 
         self.model_cls = model_cls
-        self.model = self.build_model(0)
+        self.model = self.models[0] = self.build_model(0)
 
         self.stage("verify")
         for i in range(int(job["n_sets"])):
@@ -257,7 +257,7 @@ class Runner:
     def build_model(self, k: int) -> Any:
         """ModelNew built from the job's model k (0: the task's own init inputs; others: those
         of an extra shape that changes them) with Model's state_dict loaded (strict)."""
-        files = (self.job.get("models") or [{}])[k] if k else {}
+        files = (self.job.get("models") or [{}])[k]
         at = "" if not k else f" (model {k}, for an extra shape of the task)"
         self.stage("build")
         init_inputs = torch.load(files.get("init_inputs", "init_inputs.pt"), weights_only=True)
@@ -296,8 +296,6 @@ class Runner:
         """The model input set i runs on: the task's own, or (an extra shape whose sizes change
         the model's parameters) one built for it, once."""
         k = int(self.job["sets"][i].get("model") or 0)
-        if k == 0:
-            return self.model
         if k not in self.models:
             self.models[k] = self.build_model(k)
             self.stage("verify")

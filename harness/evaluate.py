@@ -429,6 +429,21 @@ def shape_models(task: Any, sets: list[InputSet], device: torch.device) -> list[
     return models
 
 
+def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A model's state_dict, copied to the CPU (what the candidate loads)."""
+    return {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
+
+
+def write_model(job_dir: str, k: int, init: list[Any], state: dict[str, Any]) -> dict[str, str]:
+    """The job's model k for the candidate: its init inputs and state_dict, as files in
+    job_dir (init_inputs.pt and state_dict.pt for the task's own, k = 0); returns their names."""
+    sfx = f"_{k}" if k else ""
+    files = {"init_inputs": f"init_inputs{sfx}.pt", "state_dict": f"state_dict{sfx}.pt"}
+    torch.save([cpu_copy(x) for x in init], os.path.join(job_dir, files["init_inputs"]))
+    torch.save(state, os.path.join(job_dir, files["state_dict"]))
+    return files
+
+
 class SetPrefetch:
     """Input sets drawn ahead of time by a long-lived runner (harness/worker.py) while it waits
     for its next job: after an evaluation, the next evaluation's sets for the same task are
@@ -1327,7 +1342,7 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                               "get_init_inputs()")
         model = task_call("Model(*get_init_inputs())", lambda: task.Model(*init_inputs))
         model = task_call("moving Model to the device", lambda: model.to(device).eval())
-        state = {k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}
+        state = cpu_state(model)
         state_bytes = sum(nbytes(v) for v in state.values())
         # One more random set when timing: checked after the timing runs, so that a candidate
         # that behaves differently once it is being timed (counting calls, say) is caught.
@@ -1370,19 +1385,9 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             job_dir = tempfile.mkdtemp(prefix="cuda-agent-cand-", dir=opts.tmp_dir)
             os.chmod(job_dir, 0o700)
         t_job = time.monotonic()
-        torch.save([cpu_copy(x) for x in init_inputs], os.path.join(job_dir, "init_inputs.pt"))
-        torch.save(state, os.path.join(job_dir, "state_dict.pt"))
-        job_models = [{"init_inputs": "init_inputs.pt", "state_dict": "state_dict.pt"}]
-        for s in all_sets:
-            if s.model is None:
-                continue
-            k = s.model_index
-            files = {"init_inputs": f"init_inputs_{k}.pt", "state_dict": f"state_dict_{k}.pt"}
-            torch.save([cpu_copy(x) for x in s.init or []],
-                       os.path.join(job_dir, files["init_inputs"]))
-            torch.save({n: v.detach().to("cpu").clone() for n, v in s.model.state_dict().items()},
-                       os.path.join(job_dir, files["state_dict"]))
-            job_models.append(files)
+        job_models = [write_model(job_dir, 0, init_inputs, state)] + [
+            write_model(job_dir, s.model_index, s.init or [], cpu_state(s.model))
+            for s in all_sets if s.model is not None]
         arena_bytes = lay_out(all_sets)
         try:
             arena, why_not_ipc = ar.create(arena_bytes, device, job_dir)

@@ -29,7 +29,7 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
        same run: the host's latency alone), counted when it exceeds OUTSIDE_TOLERANCE (a few
        microseconds of noise). `basis` says "stream" or "stream+outside";
        `device_median_ms`, `stream_median_ms`, `outside_stream_ms` and `sync_overhead_ms`
-       (the host latency of an empty call) are reported;
+       (a tiny kernel's whole call: mostly the host's latency) are reported;
      CPU ("wall"): time.perf_counter() around fn(*inputs);
 3. with timing="kernel" (CUDA only), a second loop under torch.profiler sums the duration of
    every GPU activity (kernels, memcpy, memset) that starts inside each call's window, as the
@@ -265,24 +265,19 @@ def _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps, max_reps,
         all_times.append(t_all)
         stream_times.append(t_stream)
 
-    # The host's latency: the same loop around nothing, and around a tiny kernel on the
-    # current stream (its gap between the stream and device end events is that latency alone).
-    probe = torch.empty(_PROBE_ELEMENTS, dtype=torch.float32, device=device)
-
-    def nothing() -> None:
-        return None
+    # The host's latency: the same loop around a tiny kernel on the current stream (its gap
+    # between the stream and device end events is that latency alone).
+    probe_buf = torch.empty(_PROBE_ELEMENTS, dtype=torch.float32, device=device)
 
     def tiny() -> None:
-        probe.fill_(1.0)
+        probe_buf.fill_(1.0)
 
-    n_probe = min(50, max(10, reps))
-    overhead = [one(nothing, fresh=False)[0] for _ in range(n_probe)]
-    probe = [one(tiny, fresh=False) for _ in range(n_probe)]
+    probe = [one(tiny, fresh=False) for _ in range(min(50, max(10, reps)))]
     out = combine_event_times(all_times, stream_times, probe)
     out.update({
         "method": "events",
         "warmup_n": len(costs),
-        "sync_overhead_ms": _median(overhead),
+        "sync_overhead_ms": _median([d for d, _s in probe]),
         "l2_flush_bytes": flush.nbytes,
     })
     return out

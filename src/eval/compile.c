@@ -448,7 +448,9 @@ static void job_run(const struct ctx *c, struct job *j)
     if (!j->run.ok && accel && !j->run.timed_out &&
         ((j->light && light_failure(&j->run.out)) || (j->pch && pch_failure(&j->run.out)))) {
         LOG_INFO("compile: %s failed with the %s; retrying without", j->u->name,
-                 j->light ? "light torch headers" : "precompiled header");
+                 j->light && j->pch ? "light torch headers and their precompiled header"
+                 : j->light         ? "light torch headers"
+                                    : "precompiled header");
         j->retried = true;
         j->used_pch = false;
         int64_t first = j->run.elapsed_us;
@@ -903,8 +905,9 @@ static void make_flags(struct build *b, const char *arch)
     f = &b->cxx_flags;
     compile__argv_push(f, tc->cxx);
     compile__argv_push(f, torch_cxx_std(tc));
-    /* -O1: a binding checks its arguments, allocates and launches; -O2 and -O3 cost a
-     * third of its compile (pybind11's and torch's inline code) and gain it nothing measurable. */
+    /* -O1: a binding checks its arguments, allocates and launches; -O2 costs a third more
+     * compile time (pybind11's and torch's inline code) for ~0.15 us less per call
+     * (bench/binding_opt.py). */
     static const char *const cxx_common[] = {
         "-c",
         "-O1",
@@ -1117,7 +1120,7 @@ static int ensure_pch(struct build *b, struct ca_err *err)
     rc = make_dirs(tmp.data, subdirs, err);
     if (!rc)
         rc = write_file(tmp.data, "pch/pch.h", pch_header, sizeof(pch_header) - 1, err);
-    if (!rc)
+    if (!rc && b->opts->use_light)
         rc = write_light_headers(tmp.data, err);
     if (rc)
         goto out;
