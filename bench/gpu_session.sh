@@ -6,8 +6,10 @@
 # there is one GPU). Results and logs go to OUT_DIR, a summary to stdout.
 #
 #   bash bench/gpu_session.sh CUDA_AGENT_BINARY OUT_DIR
-#   env: BENCH_TIMEOUT (540 s), SUITE_TIMEOUT (540 s), EPISODE (1; 0 skips the agent episode),
-#        REPEATS, CLIENTS, JOBS, SECTIONS (eval_service.sh)
+#   env: BENCH_TIMEOUT (540 s), SUITE_TIMEOUT (540 s; the suites get SIGINT then, so pytest
+#        still prints what failed), EPISODE (1; 0 skips the agent episode), ADVERSARIAL (1; 0
+#        skips tests/gpu/test_adversarial.py), REPEATS, CLIENTS, JOBS, SECTIONS
+#        (eval_service.sh)
 set -u
 CA=${1:?usage: gpu_session.sh CUDA_AGENT_BINARY OUT_DIR}
 OUT=${2:?usage: gpu_session.sh CUDA_AGENT_BINARY OUT_DIR}
@@ -32,15 +34,17 @@ fi
 half=$((ncpu / 2))
 suite() { # gpu cpus
     CUDA_VISIBLE_DEVICES=$1 CUDA_AGENT_CACHE_DIR=/tmp/ca-cache-suite taskset -c "$2" \
-        timeout "${SUITE_TIMEOUT:-540}" bash -c '
+        timeout -s INT -k 20 "${SUITE_TIMEOUT:-540}" bash -c '
         if [ "${EPISODE:-1}" != 0 ]; then
             bash bench/agent_episode.sh "$CA_BIN" "$0/episode" >"$0/episode.log" 2>&1
             echo "episode rc=$?" >>"$0/suite-status"
         fi
-        python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_adversarial.py \
-            >"$0/adversarial.log" 2>&1
-        echo "adversarial rc=$?" >>"$0/suite-status"
-        python3 -m pytest -q -p no:cacheprovider -rs tests/gpu \
+        if [ "${ADVERSARIAL:-1}" != 0 ]; then
+            python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_adversarial.py \
+                >"$0/adversarial.log" 2>&1
+            echo "adversarial rc=$?" >>"$0/suite-status"
+        fi
+        python3 -m pytest -q -p no:cacheprovider -rfEs --tb=short --durations=12 tests/gpu \
             --ignore=tests/gpu/test_adversarial.py >"$0/gpu-suite.log" 2>&1
         echo "gpu-suite rc=$?" >>"$0/suite-status"' "$OUT"
 }
@@ -61,5 +65,5 @@ fi
 cat "$OUT/suite-status"
 echo "== benchmark"; grep -v "^evaluate:" "$OUT/service.log" | cut -c1-330 | tail -60
 echo "== adversarial"; tail -25 "$OUT/adversarial.log" 2>/dev/null | cut -c1-300
-echo "== gpu suite"; tail -25 "$OUT/gpu-suite.log" 2>/dev/null | cut -c1-300
+echo "== gpu suite"; grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$OUT/gpu-suite.log" 2>/dev/null | cut -c1-400
 echo "== episode"; cat "$OUT/episode/summary.md" 2>/dev/null | head -60 || tail -20 "$OUT/episode.log"

@@ -27,9 +27,13 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
        the time is the stream's, plus the work left outside it: the gap between the two end
        events, less the same gap for a tiny kernel on the current stream (measured in the
        same run: the host's latency alone), counted when it exceeds OUTSIDE_TOLERANCE (a few
-       microseconds of noise). `basis` says "stream" or "stream+outside";
-       `device_median_ms`, `stream_median_ms`, `outside_stream_ms` and `sync_overhead_ms`
-       (a tiny kernel's whole call: mostly the host's latency) are reported;
+       microseconds of noise). The probe is a spin kernel (torch.cuda._sleep) as long as the
+       timed call's stream time, so that the host is waiting in synchronize() when it ends,
+       as it is for the call: a kernel that ends before the host starts waiting (a tiny one)
+       has a shorter gap, and the H200 showed honest kernels of 70-140 us over it by up to
+       4 us. `basis` says "stream" or "stream+outside"; `device_median_ms`,
+       `stream_median_ms`, `outside_stream_ms`, `sync_overhead_ms` (the probe's median gap:
+       the host's latency) and `probe_ms` (the probe's stream time) are reported;
      CPU ("wall"): time.perf_counter() around fn(*inputs);
 3. with timing="kernel" (CUDA only), a second loop under torch.profiler sums the duration of
    every GPU activity (kernels, memcpy, memset) that starts inside each call's window, as the
@@ -62,19 +66,21 @@ if _CUDA_BUILT:
     _current_stream = torch.cuda.current_stream
     _synchronize = torch.cuda.synchronize
     _device_properties = torch.cuda.get_device_properties
+    _spin = getattr(torch.cuda, "_sleep", None)
 else:  # a CPU-only build of PyTorch
     _EventBase = _event_record = _event_elapsed = _Event = None
-    _current_stream = _synchronize = _device_properties = None
+    _current_stream = _synchronize = _device_properties = _spin = None
 
 # Bumped whenever what a measurement means changes (cached baselines are keyed by it, so a
 # candidate is never compared with baselines measured another way). 2: the stream's time plus
 # the work outside it, not the device end's time.
-METHOD_VERSION = 2
+# 3: the host's latency probed with a kernel as long as the call.
+METHOD_VERSION = 3
 DEFAULT_BUDGET_MS = 2000.0
 MIN_REPS = 10
-MAX_REPS = 1000
+MAX_REPS = 600
 MIN_WARMUP = 3
-WARMUP_FRACTION = 0.1
+WARMUP_FRACTION = 0.05
 # Calls profiled in kernel mode (the profiler's own overhead makes more pointless).
 MAX_KERNEL_REPS = 200
 # A buffer of at least this size is written to flush the L2 cache, whatever the device says.
@@ -86,8 +92,14 @@ TIMED_CALL_RANGE = "cuda_agent_timed_call"
 # larger) is taken for the host latency's noise and not added (see the module docstring).
 OUTSIDE_TOLERANCE_MS = 0.002
 OUTSIDE_TOLERANCE_FRACTION = 0.01
-# Elements of the tiny kernel that measures the host's latency after a call.
+# Elements of the tiny kernel that measures the host's latency after a call where the spin
+# kernel is missing (torch.cuda._sleep is private API).
 _PROBE_ELEMENTS = 256
+# Probe calls: a tenth of the timed ones, within these bounds.
+MIN_PROBES = 5
+MAX_PROBES = 50
+# Cycles of the spin kernel that calibrates the probe's length (about 0.1 ms at 2 GHz).
+_CALIBRATION_CYCLES = 200_000
 
 
 def summarize(times_ms: Sequence[float]) -> dict[str, Any]:
@@ -265,22 +277,36 @@ def _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps, max_reps,
         all_times.append(t_all)
         stream_times.append(t_stream)
 
-    # The host's latency: the same loop around a tiny kernel on the current stream (its gap
-    # between the stream and device end events is that latency alone).
-    probe_buf = torch.empty(_PROBE_ELEMENTS, dtype=torch.float32, device=device)
-
-    def tiny() -> None:
-        probe_buf.fill_(1.0)
-
-    probe = [one(tiny, fresh=False) for _ in range(min(50, max(10, reps)))]
+    probe = _probe_host_latency(one, _median(stream_times), reps, device)
     out = combine_event_times(all_times, stream_times, probe)
     out.update({
         "method": "events",
         "warmup_n": len(costs),
-        "sync_overhead_ms": _median([d for d, _s in probe]),
+        "sync_overhead_ms": _median([d - s for d, s in probe]),
+        "probe_ms": _median([s for _d, s in probe]),
         "l2_flush_bytes": flush.nbytes,
     })
     return out
+
+
+def _probe_host_latency(one: Callable[..., tuple[float, float]], stream_ms: float, reps: int,
+                        device: torch.device) -> list[tuple[float, float]]:
+    """(device end, stream end) times of the timing loop around a kernel on the current stream
+    that spins about stream_ms (a tiny kernel where the spin kernel is missing): the gap
+    between the two is then the host's latency alone, in the same regime as the timed call's
+    (the host already waiting when the kernel ends)."""
+    n = min(MAX_PROBES, max(MIN_PROBES, reps // 10))
+    if _spin is None:
+        buf = torch.empty(_PROBE_ELEMENTS, dtype=torch.float32, device=device)
+        return [one(lambda: buf.fill_(1.0), fresh=False) for _ in range(n)]
+
+    def spin(cycles: int) -> Callable[[], None]:
+        return lambda: _spin(cycles)
+
+    calib = [one(spin(_CALIBRATION_CYCLES), fresh=False)[1] for _ in range(3)]
+    per_ms = _CALIBRATION_CYCLES / max(_median(calib), 1e-6)
+    cycles = max(1, int(stream_ms * per_ms))
+    return [one(spin(cycles), fresh=False) for _ in range(n)]
 
 
 def combine_event_times(device_times: Sequence[float], stream_times: Sequence[float],

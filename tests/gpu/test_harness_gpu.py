@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import pathlib
+import runpy
 import subprocess
 import sys
 import textwrap
@@ -134,13 +135,19 @@ def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
     r = first.result
     assert r["ok"] and r["stage"] == "done", first
     v = r["verification"]
-    assert len(v["sets"]) == 6 and all(s["ok"] for s in v["sets"]), first
+    # 5 random sets, the heavy-tailed one, one per declared extra shape (the post-timing set
+    # is reported apart).
+    extra = len(runpy.run_path(str(TASKS / f"{solution}.py")).get("EXTRA_SHAPES", []))
+    assert v["n_extra_shapes"] == extra and v["n_adversarial"] == 1, first
+    assert len(v["sets"]) == 5 + 1 + extra and all(s["ok"] for s in v["sets"]), first
     assert v["precision_observed"] == "fp32" and v["fp64_reference"] is True, first
     t = r["timing"]
     for subject in ("eager", "candidate"):
         check_stats(t[subject], "events")
         assert t[subject]["l2_flush_bytes"] >= 2 * r["device"]["l2_bytes"]
         assert 0 < t[subject]["sync_overhead_ms"] < t[subject]["median_ms"]
+        # Nothing runs outside the current stream: the probe's gap matches the call's.
+        assert t[subject]["basis"] == "stream", (subject, t[subject])
     assert "error" in t["compile"] or t["compile"]["n"] >= 10, first
     assert t["speedup_vs_eager"] > 0
     assert t["sol"]["flagged"] is False, first
