@@ -31,7 +31,8 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
        timed call's stream time, so that the host is waiting in synchronize() when it ends,
        as it is for the call: a kernel that ends before the host starts waiting (a tiny one)
        has a shorter gap, and the H200 showed honest kernels of 70-140 us over it by up to
-       4 us. `basis` says "stream" or "stream+outside"; `device_median_ms`,
+       4 us. The probes are interleaved with the timed calls (one after every tenth), as
+       the host's latency drifts during a run. `basis` says "stream" or "stream+outside"; `device_median_ms`,
        `stream_median_ms`, `outside_stream_ms`, `sync_overhead_ms` (the probe's median gap:
        the host's latency) and `probe_ms` (the probe's stream time) are reported;
      CPU ("wall"): time.perf_counter() around fn(*inputs);
@@ -212,20 +213,22 @@ def _repeat_count(budget_ms: float, spent_ms: float, warm_costs_ms: list[float],
 
 
 def _warm_up(one_iteration: Callable[[], Any], budget_ms: float, min_warmup: int,
-             warmup_fraction: float) -> tuple[list[float], float]:
-    """Runs one_iteration until both minimums are met; returns (costs in ms, total ms)."""
+             warmup_fraction: float) -> tuple[list[float], list[Any]]:
+    """Runs one_iteration until both minimums are met; returns (costs in ms, what each
+    iteration returned)."""
     t0 = _perf_counter()
     costs: list[float] = []
+    results: list[Any] = []
     while True:
         c0 = _perf_counter()
-        one_iteration()
+        results.append(one_iteration())
         costs.append((_perf_counter() - c0) * 1e3)
         spent = (_perf_counter() - t0) * 1e3
         if len(costs) >= min_warmup and spent >= warmup_fraction * budget_ms:
             break
         if len(costs) >= MAX_REPS:
             break
-    return costs, spent
+    return costs, results
 
 
 def _measure_cpu(fn, make_inputs, budget_ms, min_reps, max_reps, min_warmup,
@@ -267,17 +270,24 @@ def _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps, max_reps,
 
     _synchronize(device)
     t_begin = _perf_counter()
-    costs, _ = _warm_up(one, budget_ms, min_warmup, warmup_fraction)
+    costs, warm = _warm_up(one, budget_ms, min_warmup, warmup_fraction)
     spent = (_perf_counter() - t_begin) * 1e3
     reps = _repeat_count(budget_ms, spent, costs, min_reps, max_reps)
+    # The probes are interleaved with the timed calls, so that both see the host in the same
+    # state (its latency drifts by microseconds over a run).
+    probe_call = _probe_kernel(one, _median([s for _d, s in (warm[1:] or warm)]), device)
+    n_probes = min(MAX_PROBES, max(MIN_PROBES, reps // 10))
+    every = max(1, reps // n_probes)
     all_times: list[float] = []
     stream_times: list[float] = []
-    for _ in range(reps):
+    probe: list[tuple[float, float]] = []
+    for i in range(reps):
         t_all, t_stream = one()
         all_times.append(t_all)
         stream_times.append(t_stream)
+        if (i + 1) % every == 0 and len(probe) < n_probes:
+            probe.append(one(probe_call, fresh=False))
 
-    probe = _probe_host_latency(one, _median(stream_times), reps, device)
     out = combine_event_times(all_times, stream_times, probe)
     out.update({
         "method": "events",
@@ -289,24 +299,23 @@ def _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps, max_reps,
     return out
 
 
-def _probe_host_latency(one: Callable[..., tuple[float, float]], stream_ms: float, reps: int,
-                        device: torch.device) -> list[tuple[float, float]]:
-    """(device end, stream end) times of the timing loop around a kernel on the current stream
-    that spins about stream_ms (a tiny kernel where the spin kernel is missing): the gap
-    between the two is then the host's latency alone, in the same regime as the timed call's
-    (the host already waiting when the kernel ends)."""
-    n = min(MAX_PROBES, max(MIN_PROBES, reps // 10))
+def _probe_kernel(one: Callable[..., tuple[float, float]], stream_ms: float,
+                  device: torch.device) -> Callable[[], Any]:
+    """A call that runs one kernel on the current stream for about stream_ms: a spin kernel
+    calibrated here (cycles per ms, from a few timed spins), or a tiny kernel where the spin
+    kernel is missing. In the timing loop, the gap between its device end and its stream end
+    is the host's latency alone, in the same regime as the timed call's (the host already
+    waiting when the kernel ends)."""
     if _spin is None:
         buf = torch.empty(_PROBE_ELEMENTS, dtype=torch.float32, device=device)
-        return [one(lambda: buf.fill_(1.0), fresh=False) for _ in range(n)]
+        return lambda: buf.fill_(1.0)
 
     def spin(cycles: int) -> Callable[[], None]:
         return lambda: _spin(cycles)
 
     calib = [one(spin(_CALIBRATION_CYCLES), fresh=False)[1] for _ in range(3)]
     per_ms = _CALIBRATION_CYCLES / max(_median(calib), 1e-6)
-    cycles = max(1, int(stream_ms * per_ms))
-    return [one(spin(cycles), fresh=False) for _ in range(n)]
+    return spin(max(1, int(stream_ms * per_ms)))
 
 
 def combine_event_times(device_times: Sequence[float], stream_times: Sequence[float],

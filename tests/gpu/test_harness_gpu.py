@@ -234,7 +234,9 @@ def test_broken_candidate_fails_with_reason(tmp_path, built, case):
     run = evaluate(tmp_path, SWISH, built[SWISH], new=swish_variant(BROKEN[case]), args=args)
     assert run.rc == 1, run
     tail = (run.failure.get("details") or {}).get("output_tail", "")
-    assert run.failure["kind"] == EXPECTED[case], (run.failure["message"], tail[-3000:])
+    if run.failure["kind"] != EXPECTED[case]:
+        print(f"the candidate's output, last 6000 bytes:\n{tail[-6000:]}")  # shown on failure
+    assert run.failure["kind"] == EXPECTED[case], run.failure["message"]
     assert run.result["stage"] == "verify", run
     if case == "unwritten":
         # Poisoned memory: the row the candidate never wrote reads as NaN.
