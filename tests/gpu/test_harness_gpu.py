@@ -194,6 +194,10 @@ def swish_variant(body: str, init: str = "") -> str:
     return src
 
 
+# A binding that raises a CUDA error (a refused launch configuration) is tested through the
+# evaluator's own build in test_workspace_eval.py: the extension built here by
+# torch.utils.cpp_extension.load crashes the process on any C++ exception on the H200 (torch
+# 2.11, GCC 13; reproduced in a plain Python process, outside the harness).
 BROKEN = {
     "mismatch": "return cuda_extension.swish_scale_bias(x, self.bias, float(self.scale) * 1.1, 0)",
     "nan": """
@@ -217,14 +221,13 @@ BROKEN = {
     "segfault": "import ctypes\nctypes.string_at(0)",
     "hang": "import time\ntime.sleep(1000)",
     "oom": "return torch.empty(1 << 46, dtype=torch.uint8, device=x.device)",
-    "bad_config": "return cuda_extension.swish_scale_bias(x, self.bias, float(self.scale), 99)",
     "fp16_input": "return cuda_extension.swish_scale_bias(x.half().float(), self.bias, "
                   "float(self.scale), 0)",
 }
 EXPECTED = {
     "mismatch": "mismatch", "nan": "mismatch", "unwritten": "mismatch",
     "mutate": "input_mutated", "shape": "shape", "exit": "crash", "segfault": "crash",
-    "hang": "timeout", "oom": "oom", "bad_config": "cuda_error", "fp16_input": "precision",
+    "hang": "timeout", "oom": "oom", "fp16_input": "precision",
 }
 
 
@@ -278,13 +281,15 @@ def test_side_stream_work_is_counted(tmp_path, built):
     s = run.result["timing"]["candidate"]
     # The reference solution works on the current stream: its time is the stream's.
     assert p["basis"] == "stream", plain
-    # What an end event on the current stream alone would have reported: far less; the work
-    # outside it is added.
+    # An end event on the current stream alone would have missed the kernel: the work
+    # outside the stream is added, at least most of the kernel's own time. (The current
+    # stream's time is the host's time to launch the side work: the switch of streams in
+    # Python, ~0.1 ms on the H200, so the whole call can take up to twice the plain one.)
     assert s["basis"] == "stream+outside", run
-    assert s["stream_median_ms"] < 0.5 * s["median_ms"], run
     assert s["outside_stream_ms"] > 0.5 * p["median_ms"], (plain, run)
-    # The counted time matches the same kernel on the current stream.
-    assert 0.75 * p["median_ms"] <= s["median_ms"] <= 1.5 * p["median_ms"], (plain, run)
+    assert s["median_ms"] >= 0.75 * p["median_ms"], (plain, run)
+    # Never more than the device end's time: only the host's latency is taken off it.
+    assert s["median_ms"] <= s["device_median_ms"], run
 
 
 def test_torch_work_outside_the_extension_fails(tmp_path, built):

@@ -8,12 +8,7 @@ object and the module from the cache; a variant with a wrong kernel must fail ve
 Skipped, with the reason, where torch, a CUDA device, nvcc or the cuda-agent binary is missing.
 """
 
-import json
-import os
 import pathlib
-import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -21,29 +16,18 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device: torch.cuda.is_available() is False", allow_module_level=True)
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BINARY = pathlib.Path(os.environ.get("CA_BIN") or os.environ.get("CUDA_AGENT")
-                      or ROOT / "build" / "cuda-agent")
-if not BINARY.is_file():
-    pytest.skip("cuda-agent is not built (%s): run make" % BINARY, allow_module_level=True)
-if not (shutil.which("nvcc") or os.access("/usr/local/cuda/bin/nvcc", os.X_OK)):
-    pytest.skip("nvcc not found in PATH or /usr/local/cuda/bin", allow_module_level=True)
+from ca_cli import ROOT, TASKS, missing  # noqa: E402
+import ca_cli  # noqa: E402
+
+if missing():
+    pytest.skip(missing(), allow_module_level=True)
 
 EXAMPLES = sorted((ROOT / "examples" / "kernelbench").glob("*.py"))
-TASKS = ROOT / "examples" / "tasks"
-TIMEOUT_S = 900
 
 
-def evaluate(path, cache, *extra):
-    cmd = [str(BINARY), "eval", "--json", "--task", str(TASKS / (path.stem + ".py")),
-           "--kernelbench-file", str(path)] + list(extra)
-    # The compile sandbox cannot bind directories under /tmp (its own /tmp would be covered).
-    if os.path.realpath(sys.executable).startswith("/tmp/"):
-        cmd.append("--no-sandbox")
-    env = dict(os.environ, CUDA_AGENT_PYTHON=sys.executable, CUDA_AGENT_CACHE_DIR=str(cache))
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
-    assert proc.stdout, "no report (exit %d): %s" % (proc.returncode, proc.stderr[-4000:])
-    return proc.returncode, json.loads(proc.stdout)
+def evaluate(path: pathlib.Path, cache: pathlib.Path, *extra) -> tuple[int, dict]:
+    return ca_cli.evaluate(["--task", TASKS / (path.stem + ".py"), "--kernelbench-file", path,
+                            *extra], cache)
 
 
 def test_examples_exist():
