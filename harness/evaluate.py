@@ -43,7 +43,6 @@ import platform  # noqa: E402
 import queue  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import stat  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402

@@ -5,6 +5,7 @@
 #   it/    black-box scripts: exit 0 pass, 77 skip (reason on stdout), else fail;
 #          a script may print its own "N passed, N failed" line to count cases
 #   py/    pytest (skipped with a reason when pytest is missing)
+#   lint/  pyflakes over the project's Python code (skipped when pyflakes is missing)
 #   gpu/   pytest files and scripts that need a CUDA GPU (they skip themselves)
 #
 # Environment: BUILD (default build), TESTS (a regex on test names to run a subset).
@@ -106,6 +107,25 @@ run_pytest() {
     fi
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then failures+=("$tier"); cat "$log"; fi
 }
+# Python code of the project (not the fixtures: candidates written to break rules) checked by
+# pyflakes: undefined names and unused imports, which tests that skip without a GPU never hit.
+lint_python() {
+    local name=lint/pyflakes log="$TMP_ROOT/pyflakes.log" rc
+    want "$name" || return 0
+    if ! python3 -c 'import pyflakes' 2>/dev/null; then
+        echo "  skip $name: pyflakes is not installed (scripts/setup.sh installs it)"
+        skipped=$((skipped + 1))
+        return 0
+    fi
+    # shellcheck disable=SC2046
+    python3 -m pyflakes harness $(git ls-files 'src/*.py' 'bench/*.py' 'scripts/*.py') \
+        tests/py tests/gpu/*.py tests/it/*.py >"$log" 2>&1
+    rc=$?
+    case $rc in 0) echo "$name: ok" ;; *) echo "$name: FAIL ($rc)" ;; esac
+    count "$name" "$log" $rc
+}
+echo "== lint"
+lint_python
 echo "== py"
 run_pytest py
 echo "== gpu"

@@ -8,6 +8,7 @@ object and the module from the cache; a variant with a wrong kernel must fail ve
 Skipped, with the reason, where torch, a CUDA device, nvcc or the cuda-agent binary is missing.
 """
 
+import json
 import pathlib
 
 import pytest
