@@ -3,7 +3,7 @@
 # service in CPU mode: each hack must get its expected verdict (reward -1 at the named stage, with
 # the named failure kind or message) and each legitimate candidate must pass. Needs PyTorch
 # (CUDA_AGENT_PYTHON or the python3 on PATH) and nvcc; skips with the reason otherwise.
-. "$CA_REPO/tests/it/lib.sh"
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 require_cpu_evaluator
 FIX=$CA_REPO/tests/eval/cpu
 SOCK=$PWD/adv.sock

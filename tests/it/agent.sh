@@ -3,7 +3,7 @@
 # (tests/it/fake_llm.py, real HTTP): a full episode that writes the softmax example's reference
 # solution, text-form and malformed tool calls, server errors and retries, timeouts, replies
 # that never end, the context budget, the turn and wall-clock limits, and resume after a kill.
-. "$CA_REPO/tests/it/lib.sh"
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 export CUDA_AGENT_STATE_DIR=$PWD/state CUDA_AGENT_CACHE_DIR=$PWD/cache
 unset OPENAI_BASE_URL CUDA_AGENT_BASE_URL CUDA_AGENT_MODEL
 export OPENAI_API_KEY=sk-secret-$$

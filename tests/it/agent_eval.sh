@@ -4,7 +4,7 @@
 # ./verify and ./profile through Bash -- which reach the evaluator from inside the sandbox and
 # are recorded by the episode -- then breaks model_new.py and answers. Best of trajectory must
 # score the recorded good snapshot above the broken final workspace.
-. "$CA_REPO/tests/it/lib.sh"
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 require_cpu_evaluator
 export CUDA_AGENT_STATE_DIR=$PWD/state
 unset CUDA_AGENT_EVALUATOR CUDA_AGENT_EVAL_DEVICE OPENAI_BASE_URL CUDA_AGENT_BASE_URL

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Black-box tests of the command line: help, version, exit codes, usage errors.
-. "$CA_REPO/tests/it/lib.sh"
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 
 run "$CA" --help;               expect "top-level help" 0 "exit codes:"
 run "$CA" help;                 expect "help command" 0 "commands:"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Black-box tests of `cuda-agent data`: listing sources, showing a task,
 # importing to JSONL (atomic, nothing left on failure), selectors.
-. "$CA_REPO/tests/it/lib.sh"
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 EX=$CA_REPO/examples/tasks
 D=$CA_REPO/tests/it/data/tasks
 

@@ -2,7 +2,7 @@
 # Black-box tests of `cuda-agent eval` that need no GPU: usage errors, the snapshot and policy
 # stages, compiler errors reported as the agent's result, and a clear "PyTorch missing" when
 # bindings cannot be built. (The GPU path is tested by tests/gpu and bench/eval_loop.sh.)
-. "$CA_REPO/tests/it/lib.sh"
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 # Shared across runs (content-addressed): with PyTorch installed the bindings compile too,
 # and a fresh cache would rebuild the precompiled header every time.
 export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}

@@ -5,7 +5,7 @@
 # ./compile, ./verify and ./profile reach the evaluator from inside the sandbox and are
 # recorded. The candidate is a C++ extension whose "kernel" is host code in a .cu
 # (tests/eval/cpu).
-. "$CA_REPO/tests/it/lib.sh"
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 require_cpu_evaluator
 export CUDA_AGENT_STATE_DIR=$PWD/state
 FIX=$CA_REPO/tests/eval/cpu

@@ -4,7 +4,7 @@
 # on the extracted sources (with the candidate's own line numbers in model_new.py), and, where
 # nvcc is installed, a --compile-only build of examples/kernelbench (which needs PyTorch for the
 # bindings: without it, exit 69 and a clear message). The GPU path is tests/gpu/test_kernelbench.py.
-. "$CA_REPO/tests/it/lib.sh"
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 # Shared across runs (content-addressed), and generous compiler limits: with PyTorch installed
 # the builds below parse the torch headers, minutes on a busy two-core machine.
 export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}

@@ -5,6 +5,13 @@
 
 : "${CUDA_AGENT:?run through tests/run.sh (CUDA_AGENT unset)}"
 : "${CA_REPO:?CA_REPO unset}"
+# The tests write scratch files in the current directory: never the checkout's.
+case $(pwd -P)/ in
+"$(cd "$CA_REPO" && pwd -P)"/*)
+    echo "run from a scratch directory outside the checkout (tests/run.sh does)" >&2
+    exit 2
+    ;;
+esac
 CA=$CUDA_AGENT
 IT_PASS=0
 IT_FAIL=0

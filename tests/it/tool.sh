@@ -2,7 +2,7 @@
 # Black-box tests of `cuda-agent tool`: the per-episode supervisor, the
 # persistent shell, background shells, file tools through the CLI, bad
 # input, and an episode that stays usable after hostile commands.
-. "$CA_REPO/tests/it/lib.sh"
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 export CUDA_AGENT_STATE_DIR=$PWD/state
 W=$PWD/ws
 E=it-$$

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Black-box tests of `cuda-agent workspace`: layout, modes, manifest, the
 # model_new.py skeleton, tamper detection, refusal paths, no leftovers.
-. "$CA_REPO/tests/it/lib.sh"
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 EX=$CA_REPO/examples/tasks
 W=$PWD/ws
 
