@@ -1206,9 +1206,7 @@ def measure_baselines(opts: argparse.Namespace, model: torch.nn.Module, s: Input
 
     set_precision(opts.precision)  # tf32: the baselines may use TF32 too (fair comparison)
 
-    def make_inputs() -> list[Any]:
-        return [clone_arg(x) for x in s.orig]
-
+    make_inputs = timing.varied_copies(s.orig)
     results = dict(cached)
     if "eager" not in results:
         log("timing eager")

@@ -718,6 +718,29 @@ def test_measure_makes_fresh_inputs_outside_the_timed_region():
     assert len(made) == stats["n"] + stats["warmup_n"]
 
 
+def test_varied_copies_give_every_call_values_of_its_own():
+    x = torch.randn(64, 33, dtype=torch.float64)[:, ::2].to(torch.float32)  # not contiguous
+    x[0, 0], x[0, 1], x[0, 2] = 0.0, float("inf"), float("nan")
+    idx = torch.arange(10)
+    make = timing.varied_copies([x, idx, 2.5, torch.ones(3, dtype=torch.float16)])
+    seen = set()
+    for _ in range(300):
+        a, i, scalar, h = make()
+        assert a is not x and a.stride() == x.stride() and a.dtype == x.dtype
+        assert torch.equal(i, idx) and i is not idx and scalar == 2.5
+        finite = torch.isfinite(x)
+        ratio = a[finite & (x != 0)] / x[finite & (x != 0)]
+        assert float((ratio - 1).abs().max()) <= 1 / 16 + 1e-6
+        assert (a[0, 0], a[0, 1]) == (0.0, float("inf")) and torch.isnan(a[0, 2])
+        assert bool((torch.sign(a[finite]) == torch.sign(x[finite])).all())
+        seen.add(a[1:].numpy().tobytes())
+        assert 1.0 < float(h[0]) <= 1.0 + 1 / 16
+    assert len(seen) == 300  # no two calls saw the same float32 values
+    # float16 has fewer steps: its factors cycle (64 of them), each within 1/16.
+    h16 = timing.varied_copies([torch.ones(1, dtype=torch.float16)])
+    assert len({float(h16()[0][0]) for _ in range(200)}) == 64
+
+
 # -- the JSON -----------------------------------------------------------------------------
 
 
