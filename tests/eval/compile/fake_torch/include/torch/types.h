@@ -2,15 +2,8 @@
  * (what the light header of cu-torch units includes), without pybind11. */
 #pragma once
 
-#include <stdexcept>
-
-#ifndef TORCH_CHECK
-#define TORCH_CHECK(cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            throw std::runtime_error(#cond);                                                       \
-    } while (0)
-#endif
+/* TORCH_CHECK, which the real header's ATen includes provide too. */
+#include <ATen/core/Tensor.h>
 
 namespace torch {
 enum ScalarType { kFloat32 };
