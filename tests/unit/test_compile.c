@@ -206,6 +206,43 @@ static size_t count_files(const char *dir)
 
 /* ---- .cu objects and the cache ---- */
 
+/* The common set-up of a build test: a snapshot directory ("snap"), a cache, the fake torch
+ * (stub libraries in "fakelib"), an output path, default options, a report and an error. */
+struct tbuild {
+    char *snap, *cache, *lib, *out;
+    struct compile_opts o;
+    struct compile_report r;
+    struct ca_err err;
+};
+
+static void tb_begin(struct tbuild *t)
+{
+    t->snap = snapshot("snap");
+    t->cache = xstrfmt("%s/cache", test_tmpdir());
+    t->lib = xstrfmt("%s/fakelib", test_tmpdir());
+    t->out = xstrfmt("%s/cuda_extension.so", test_tmpdir());
+    base_opts(&t->o, t->cache);
+    fake_torch(&t->o, t->lib);
+    compile_report_init(&t->r);
+    t->err = (struct ca_err){0};
+}
+
+static void tb_end(struct tbuild *t)
+{
+    compile_report_release(&t->r);
+    free(t->snap);
+    free(t->cache);
+    free(t->lib);
+    free(t->out);
+}
+
+/* Prints the report's errors and log when the build failed (to read a failing check). */
+static void tb_show_errors(const struct tbuild *t)
+{
+    if (!t->r.ok)
+        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", t->r.errors.data, t->r.full_log.data);
+}
+
 TEST(cu_objects_built_then_cached)
 {
     if (!have_nvcc())
@@ -310,39 +347,29 @@ TEST(syntax_error_trimmed_with_workspace_names)
 {
     if (!have_nvcc())
         return;
-    char *snap = snapshot("snap");
-    put_file(snap, "bad.cu", "tests/eval/compile/src/bad.cu");
-    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
-    struct compile_report r;
-    compile_report_init(&r);
-    struct ca_err err = {0};
-    CHECK_EQ(build(&o, snap, NULL, &r, &err), 0);
-    CHECK(!r.ok);
-    CHECK(!r.link_ok);
-    CHECK(!unit(&r, "kernels/bad.cu")->ok);
-    CHECK(unit(&r, "kernels/add.cu")->ok);
-    CHECK_CONTAINS(r.errors.data, "kernels/bad.cu:6: error: expected a \";\"");
-    CHECK_CONTAINS(unit(&r, "kernels/bad.cu")->log.data, "kernels/bad.cu:6: error");
-    CHECK(!strstr(r.errors.data, cache));
-    CHECK(!strstr(r.errors.data, "/workspace"));
-    CHECK(!strstr(r.errors.data, "errors detected in the compilation"));
-    CHECK(count_lines(r.errors.data) <= COMPILE_ERROR_LINES + 1);
-    CHECK_CONTAINS(r.full_log.data, "== kernels/bad.cu (exit ");
-    CHECK(r.so_path == NULL);
-    json_t *j = compile_report_to_json(&r);
+    struct tbuild t;
+    tb_begin(&t);
+    put_file(t.snap, "bad.cu", "tests/eval/compile/src/bad.cu");
+    put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
+    CHECK_EQ(build(&t.o, t.snap, NULL, &t.r, &t.err), 0);
+    CHECK(!t.r.ok);
+    CHECK(!t.r.link_ok);
+    CHECK(!unit(&t.r, "kernels/bad.cu")->ok);
+    CHECK(unit(&t.r, "kernels/add.cu")->ok);
+    CHECK_CONTAINS(t.r.errors.data, "kernels/bad.cu:6: error: expected a \";\"");
+    CHECK_CONTAINS(unit(&t.r, "kernels/bad.cu")->log.data, "kernels/bad.cu:6: error");
+    CHECK(!strstr(t.r.errors.data, t.cache));
+    CHECK(!strstr(t.r.errors.data, "/workspace"));
+    CHECK(!strstr(t.r.errors.data, "errors detected in the compilation"));
+    CHECK(count_lines(t.r.errors.data) <= COMPILE_ERROR_LINES + 1);
+    CHECK_CONTAINS(t.r.full_log.data, "== kernels/bad.cu (exit ");
+    CHECK(t.r.so_path == NULL);
+    json_t *j = compile_report_to_json(&t.r);
     REQUIRE(j);
     CHECK(json_is_false(json_object_get(j, "ok")));
     CHECK_CONTAINS(json_string_value(json_object_get(j, "errors")), "kernels/bad.cu:6:");
     json_decref(j);
-    compile_report_release(&r);
-    free(lib);
-    free(cache);
-    free(snap);
+    tb_end(&t);
 }
 
 TEST(include_outside_snapshot_unsandboxed)
@@ -532,51 +559,24 @@ static const char kb_binding[] =
     "REGISTER_BINDING(\"kb_add\", bind);\n";
 
 /* A KernelBench build of kb_add.cu (source) and kb_add_binding.cpp in a fresh snapshot. */
-struct kb_build {
-    char *snap, *cache, *lib, *out;
-    struct compile_opts o;
-    struct compile_report r;
-    struct ca_err err;
-};
-
-static void kb_begin(struct kb_build *k, const char *cu)
+/* A KernelBench-style snapshot: kb_add.cu (the given text) and its binding, built with
+ * inline_cuda. */
+static void kb_begin(struct tbuild *k, const char *cu)
 {
-    k->snap = snapshot("snap");
+    tb_begin(k);
     put_text(k->snap, "kb_add.cu", cu);
     put_text(k->snap, "kb_add_binding.cpp", kb_binding);
-    k->cache = xstrfmt("%s/cache", test_tmpdir());
-    k->lib = xstrfmt("%s/fakelib", test_tmpdir());
-    k->out = xstrfmt("%s/cuda_extension.so", test_tmpdir());
-    base_opts(&k->o, k->cache);
-    fake_torch(&k->o, k->lib);
     k->o.inline_cuda = true;
-    compile_report_init(&k->r);
-    k->err = (struct ca_err){0};
-}
-
-static void kb_end(struct kb_build *k)
-{
-    compile_report_release(&k->r);
-    free(k->snap);
-    free(k->cache);
-    free(k->lib);
-    free(k->out);
-}
-
-static void kb_show_errors(const struct kb_build *k)
-{
-    if (!k->r.ok)
-        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", k->r.errors.data, k->r.full_log.data);
 }
 
 TEST(inline_cuda_units_build_with_torch_headers)
 {
     if (!have_nvcc())
         return;
-    struct kb_build k;
+    struct tbuild k;
     kb_begin(&k, kb_cu);
     REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
-    kb_show_errors(&k);
+    tb_show_errors(&k);
     CHECK(k.r.ok);
     const struct compile_unit_report *u = unit(&k.r, "kernels/kb_add.cu");
     CHECK_EQ(u->role, COMPILE_ROLE_CU_TORCH);
@@ -607,7 +607,7 @@ TEST(inline_cuda_units_build_with_torch_headers)
     CHECK_CONTAINS(unit(&k.r, "kernels/kb_add.cu")->log.data, "torch/extension.h");
     /* The binding's object does not depend on the mode. */
     CHECK(unit(&k.r, "kernels/kb_add_binding.cpp")->cached);
-    kb_end(&k);
+    tb_end(&k);
 }
 
 TEST(inline_cuda_light_header_falls_back_to_the_real_one)
@@ -615,15 +615,15 @@ TEST(inline_cuda_light_header_falls_back_to_the_real_one)
     if (!have_nvcc())
         return;
     /* A name only the full torch/extension.h declares (here pybind11's): retried with it. */
-    struct kb_build k;
+    struct tbuild k;
     kb_begin(&k, "#include <torch/extension.h>\n"
                  "int kb_add(int a, int b) { pybind11::str s(a); (void)s; return a + b; }\n");
     REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
-    kb_show_errors(&k);
+    tb_show_errors(&k);
     CHECK(k.r.ok);
     CHECK_CONTAINS(k.r.full_log.data, "kernels/kb_add.cu (exit 0, retried with the full "
                                       "torch headers)");
-    kb_end(&k);
+    tb_end(&k);
 }
 
 TEST(inline_cuda_prelude_gets_the_light_types_header)
@@ -632,7 +632,7 @@ TEST(inline_cuda_prelude_gets_the_light_types_header)
         return;
     /* load_inline's prelude for cuda sources is torch/types.h: the light one serves it, with
      * torch:: names for at::'s dtypes. */
-    struct kb_build k;
+    struct tbuild k;
     kb_begin(
         &k,
         "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
@@ -640,10 +640,10 @@ TEST(inline_cuda_prelude_gets_the_light_types_header)
         "    TORCH_CHECK(torch::kFloat32 == torch::kF32 && torch::kInt64 == at::kLong, \"t\");\n"
         "    return a + b;\n}\n");
     REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
-    kb_show_errors(&k);
+    tb_show_errors(&k);
     CHECK(k.r.ok);
     CHECK(strstr(k.r.full_log.data, "retried") == NULL);
-    kb_end(&k);
+    tb_end(&k);
 }
 
 TEST(inline_cuda_errors_and_no_torch)
@@ -652,7 +652,7 @@ TEST(inline_cuda_errors_and_no_torch)
         return;
     /* A compiler error is nvcc's, under the unit's name; not one the light headers could have
      * caused (no torch name near it), so not retried with the real ones. */
-    struct kb_build k;
+    struct tbuild k;
     kb_begin(&k, "#include <torch/extension.h>\nint kb_add(int a, int b) { return c; }\n");
     REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
     CHECK(!k.r.ok);
@@ -665,47 +665,38 @@ TEST(inline_cuda_errors_and_no_torch)
     CHECK(!unit(&k.r, "kernels/kb_add.cu")->ok);
     CHECK_CONTAINS(unit(&k.r, "kernels/kb_add.cu")->log.data,
                    "not built: PyTorch is not importable");
-    kb_end(&k);
+    tb_end(&k);
 }
 
 TEST(bindings_pch_link_and_module_cache)
 {
     if (!have_nvcc())
         return;
-    char *snap = snapshot("snap");
-    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
-    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    char *out = xstrfmt("%s/cuda_extension.so", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
-    struct compile_report r;
-    compile_report_init(&r);
-    struct ca_err err = {0};
+    struct tbuild t;
+    tb_begin(&t);
+    put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
+    put_file(t.snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
 
-    REQUIRE(build(&o, snap, out, &r, &err) == 0);
-    if (!r.ok)
-        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", r.errors.data, r.full_log.data);
-    CHECK(r.ok);
-    CHECK(r.link_ok);
-    CHECK(!r.link_cached);
-    CHECK(r.pch_built);
-    CHECK(r.pch_used);
-    CHECK(unit(&r, "kernels/add_binding.cpp")->used_pch);
-    CHECK(unit(&r, "binding.cpp")->used_pch);
-    CHECK(!unit(&r, "kernels/add.cu")->used_pch);
-    CHECK_EQ(unit(&r, "binding.cpp")->role, COMPILE_ROLE_REGISTRY);
-    CHECK_EQ(unit(&r, "kernels/add_binding.cpp")->role, COMPILE_ROLE_BINDING);
-    REQUIRE(r.so_path);
-    CHECK_STR(r.so_path, out);
-    CHECK_EQ(r.errors.len, 0);
-    printf("  fake-torch build: total %.2f s, pch %.2f s, link %.1f ms\n", r.total_us / 1e6,
-           r.pch_us / 1e6, r.link_us / 1e3);
+    REQUIRE(build(&t.o, t.snap, t.out, &t.r, &t.err) == 0);
+    tb_show_errors(&t);
+    CHECK(t.r.ok);
+    CHECK(t.r.link_ok);
+    CHECK(!t.r.link_cached);
+    CHECK(t.r.pch_built);
+    CHECK(t.r.pch_used);
+    CHECK(unit(&t.r, "kernels/add_binding.cpp")->used_pch);
+    CHECK(unit(&t.r, "binding.cpp")->used_pch);
+    CHECK(!unit(&t.r, "kernels/add.cu")->used_pch);
+    CHECK_EQ(unit(&t.r, "binding.cpp")->role, COMPILE_ROLE_REGISTRY);
+    CHECK_EQ(unit(&t.r, "kernels/add_binding.cpp")->role, COMPILE_ROLE_BINDING);
+    REQUIRE(t.r.so_path);
+    CHECK_STR(t.r.so_path, t.out);
+    CHECK_EQ(t.r.errors.len, 0);
+    printf("  fake-torch build: total %.2f s, pch %.2f s, link %.1f ms\n", t.r.total_us / 1e6,
+           t.r.pch_us / 1e6, t.r.link_us / 1e3);
 
     /* The module loads, and its launcher runs. */
-    void *h = dlopen(out, RTLD_NOW | RTLD_LOCAL);
+    void *h = dlopen(t.out, RTLD_NOW | RTLD_LOCAL);
     if (!h)
         fprintf(stderr, "  dlopen: %s\n", dlerror());
     REQUIRE(h);
@@ -717,163 +708,129 @@ TEST(bindings_pch_link_and_module_cache)
 
     /* Unchanged: every object and the module itself from the cache. */
     char so_key[HASH128_HEX_LEN + 1];
-    memcpy(so_key, r.so_key, sizeof(so_key));
-    REQUIRE(build(&o, snap, out, &r, &err) == 0);
-    CHECK(r.ok);
-    CHECK(r.link_cached);
-    CHECK(!r.pch_built);
-    for (size_t i = 0; i < r.n; i++)
-        CHECK(r.units[i].cached);
-    CHECK_STR(r.so_key, so_key);
+    memcpy(so_key, t.r.so_key, sizeof(so_key));
+    REQUIRE(build(&t.o, t.snap, t.out, &t.r, &t.err) == 0);
+    CHECK(t.r.ok);
+    CHECK(t.r.link_cached);
+    CHECK(!t.r.pch_built);
+    for (size_t i = 0; i < t.r.n; i++)
+        CHECK(t.r.units[i].cached);
+    CHECK_STR(t.r.so_key, so_key);
 
     /* Only into the cache: so_path names the cached module. */
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    REQUIRE(r.so_path);
-    CHECK_CONTAINS(r.so_path, "/so/");
-    CHECK(fs_is_file(r.so_path));
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    REQUIRE(t.r.so_path);
+    CHECK_CONTAINS(t.r.so_path, "/so/");
+    CHECK(fs_is_file(t.r.so_path));
 
     /* A new binding: compiled alone, with the existing precompiled header; relinked. */
-    put_text(snap, "mul_binding.cpp",
+    put_text(t.snap, "mul_binding.cpp",
              "#include \"binding_registry.h\"\nstatic int mul(int a, int b) { return a * b; }\n"
              "static void bind(pybind11::module_ &m) { m.def(\"mul\", &mul); }\n"
              "REGISTER_BINDING(\"mul\", bind);\n");
-    REQUIRE(build(&o, snap, out, &r, &err) == 0);
-    CHECK(r.ok);
-    CHECK(!r.pch_built);
-    CHECK(!unit(&r, "kernels/mul_binding.cpp")->cached);
-    CHECK(unit(&r, "kernels/mul_binding.cpp")->used_pch);
-    CHECK(unit(&r, "kernels/add_binding.cpp")->cached);
-    CHECK(unit(&r, "kernels/add.cu")->cached);
-    CHECK(!r.link_cached);
-    CHECK(strcmp(r.so_key, so_key) != 0);
+    REQUIRE(build(&t.o, t.snap, t.out, &t.r, &t.err) == 0);
+    CHECK(t.r.ok);
+    CHECK(!t.r.pch_built);
+    CHECK(!unit(&t.r, "kernels/mul_binding.cpp")->cached);
+    CHECK(unit(&t.r, "kernels/mul_binding.cpp")->used_pch);
+    CHECK(unit(&t.r, "kernels/add_binding.cpp")->cached);
+    CHECK(unit(&t.r, "kernels/add.cu")->cached);
+    CHECK(!t.r.link_cached);
+    CHECK(strcmp(t.r.so_key, so_key) != 0);
 
-    compile_report_release(&r);
-    free(out);
-    free(lib);
-    free(cache);
-    free(snap);
+    tb_end(&t);
 }
 
 TEST(warm_builds_the_pch_ahead)
 {
     if (!have_nvcc())
         return;
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
-    struct ca_err err = {0};
-    REQUIRE(compile_warm(&o, &err) == 0);
-    char *entry = pch_entry(cache);
+    struct tbuild t;
+    tb_begin(&t);
+    REQUIRE(compile_warm(&t.o, &t.err) == 0);
+    char *entry = pch_entry(t.cache);
     char *gch = xstrfmt("%s/pch.h.gch", entry);
     CHECK(fs_is_file(gch));
-    char *snap = snapshot("snap");
-    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
-    struct compile_report r;
-    compile_report_init(&r);
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    CHECK(r.ok);
-    CHECK(!r.pch_built);
-    CHECK(r.pch_used);
-    compile_report_release(&r);
+    put_file(t.snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(t.r.ok);
+    CHECK(!t.r.pch_built);
+    CHECK(t.r.pch_used);
     /* Without PyTorch there is nothing to warm. */
-    no_torch(&o);
-    CHECK_EQ(compile_warm(&o, &err), CA_EUNAVAIL);
-    free(snap);
+    no_torch(&t.o);
+    CHECK_EQ(compile_warm(&t.o, &t.err), CA_EUNAVAIL);
     free(gch);
     free(entry);
-    free(lib);
-    free(cache);
+    tb_end(&t);
 }
 
 TEST(bindings_without_pch)
 {
     if (!have_nvcc())
         return;
-    char *snap = snapshot("snap");
-    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
-    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
-    o.use_pch = false;
-    struct compile_report r;
-    compile_report_init(&r);
-    struct ca_err err = {0};
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    CHECK(r.ok);
-    CHECK(!r.pch_used);
-    CHECK(!r.pch_built);
+    struct tbuild t;
+    tb_begin(&t);
+    put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
+    put_file(t.snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    t.o.use_pch = false;
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(t.r.ok);
+    CHECK(!t.r.pch_used);
+    CHECK(!t.r.pch_built);
     char key[HASH128_HEX_LEN + 1];
-    memcpy(key, unit(&r, "kernels/add_binding.cpp")->key, sizeof(key));
+    memcpy(key, unit(&t.r, "kernels/add_binding.cpp")->key, sizeof(key));
     /* The precompiled header is an accelerator: objects are shared either way. */
-    o.use_pch = true;
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    CHECK(unit(&r, "kernels/add_binding.cpp")->cached);
-    CHECK_STR(unit(&r, "kernels/add_binding.cpp")->key, key);
-    compile_report_release(&r);
-    free(lib);
-    free(cache);
-    free(snap);
+    t.o.use_pch = true;
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(unit(&t.r, "kernels/add_binding.cpp")->cached);
+    CHECK_STR(unit(&t.r, "kernels/add_binding.cpp")->key, key);
+    tb_end(&t);
 }
 
 TEST(pch_damaged_or_refused)
 {
     if (!have_nvcc())
         return;
-    char *snap = snapshot("snap");
-    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
-    struct compile_report r;
-    compile_report_init(&r);
-    struct ca_err err = {0};
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    CHECK(r.ok && r.pch_built);
-    char *entry = pch_entry(cache);
+    struct tbuild t;
+    tb_begin(&t);
+    put_file(t.snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(t.r.ok && t.r.pch_built);
+    char *entry = pch_entry(t.cache);
 
     /* A damaged .gch: gcc says it is not a PCH file and parses the header instead. */
     char *gch = xstrfmt("%s/pch.h.gch", entry);
     REQUIRE(chmod(gch, 0644) == 0);
     write_text(gch, "garbage");
-    put_text(snap, "one_binding.cpp",
+    put_text(t.snap, "one_binding.cpp",
              "#include \"binding_registry.h\"\nstatic int one() { return 1; }\n"
              "static void bind(pybind11::module_ &m) { m.def(\"one\", &one); }\n"
              "REGISTER_BINDING(\"one\", bind);\n");
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    CHECK(r.ok);
-    CHECK(unit(&r, "kernels/one_binding.cpp")->ok);
-    CHECK_CONTAINS(unit(&r, "kernels/one_binding.cpp")->log.data, "pch/pch.h.gch");
-    CHECK(!unit(&r, "kernels/one_binding.cpp")->used_pch);
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(t.r.ok);
+    CHECK(unit(&t.r, "kernels/one_binding.cpp")->ok);
+    CHECK_CONTAINS(unit(&t.r, "kernels/one_binding.cpp")->log.data, "pch/pch.h.gch");
+    CHECK(!unit(&t.r, "kernels/one_binding.cpp")->used_pch);
 
     /* A header gcc refused before is not tried again: bindings compile without one. */
     struct ca_err e2 = {0};
     REQUIRE(fs_remove_tree(entry, &e2) == 0);
     char *failed = xstrfmt("%s.failed", entry);
     write_text(failed, "error: refused\n");
-    put_text(snap, "two_binding.cpp",
+    put_text(t.snap, "two_binding.cpp",
              "#include \"binding_registry.h\"\nstatic int two() { return 2; }\n"
              "static void bind(pybind11::module_ &m) { m.def(\"two\", &two); }\n"
              "REGISTER_BINDING(\"two\", bind);\n");
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    CHECK(r.ok);
-    CHECK(!r.pch_built);
-    CHECK(!r.pch_used);
-    CHECK(!unit(&r, "kernels/two_binding.cpp")->used_pch);
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(t.r.ok);
+    CHECK(!t.r.pch_built);
+    CHECK(!t.r.pch_used);
+    CHECK(!unit(&t.r, "kernels/two_binding.cpp")->used_pch);
     CHECK(!fs_exists(entry));
-    compile_report_release(&r);
+    tb_end(&t);
     free(failed);
     free(gch);
     free(entry);
-    free(lib);
-    free(cache);
-    free(snap);
 }
 
 /* A binding naming what only the real torch/extension.h declares (torch::nn); `extra` makes a
@@ -897,102 +854,70 @@ TEST(binding_needing_the_full_header_is_retried_with_it)
     /* Bindings get the light torch/extension.h (and the precompiled header built with it); one
      * that names what only the real header declares is compiled again with the real header and
      * without the precompiled one, and builds. */
-    char *snap = snapshot("snap");
-    put_nn_binding(snap, "");
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
-    struct compile_report r;
-    compile_report_init(&r);
-    struct ca_err err = {0};
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    if (!r.ok)
-        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", r.errors.data, r.full_log.data);
-    CHECK(r.ok && r.pch_built);
-    CHECK_CONTAINS(r.full_log.data, "kernels/nn_binding.cpp (exit 0, retried with the full torch "
-                                    "headers)");
-    CHECK(!unit(&r, "kernels/nn_binding.cpp")->used_pch);
-    CHECK(unit(&r, "binding.cpp")->used_pch);
-    CHECK_CONTAINS(r.full_log.data, "== binding.cpp (exit 0)\n");
+    struct tbuild t;
+    tb_begin(&t);
+    put_nn_binding(t.snap, "");
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    tb_show_errors(&t);
+    CHECK(t.r.ok && t.r.pch_built);
+    CHECK_CONTAINS(t.r.full_log.data, "kernels/nn_binding.cpp (exit 0, retried with the full torch "
+                                      "headers)");
+    CHECK(!unit(&t.r, "kernels/nn_binding.cpp")->used_pch);
+    CHECK(unit(&t.r, "binding.cpp")->used_pch);
+    CHECK_CONTAINS(t.r.full_log.data, "== binding.cpp (exit 0)\n");
 
     /* use_light off (the benchmark's baseline): it builds at once, with a precompiled header
      * of the real headers (another key: built anew). */
-    o.use_light = false;
-    put_nn_binding(snap, "1 + ");
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    if (!r.ok)
-        fprintf(stderr, "  errors:\n%s\n  log:\n%s\n", r.errors.data, r.full_log.data);
-    CHECK(r.ok && r.pch_built);
-    CHECK(unit(&r, "kernels/nn_binding.cpp")->used_pch);
-    CHECK(strstr(r.full_log.data, "retried") == NULL);
-    compile_report_release(&r);
-    free(lib);
-    free(cache);
-    free(snap);
+    t.o.use_light = false;
+    put_nn_binding(t.snap, "1 + ");
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    tb_show_errors(&t);
+    CHECK(t.r.ok && t.r.pch_built);
+    CHECK(unit(&t.r, "kernels/nn_binding.cpp")->used_pch);
+    CHECK(strstr(t.r.full_log.data, "retried") == NULL);
+    tb_end(&t);
 }
 
 TEST(binding_error_trimmed)
 {
     if (!have_nvcc())
         return;
-    char *snap = snapshot("snap");
-    put_file(snap, "bad_binding.cpp", "tests/eval/compile/src/bad_binding.cpp");
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
-    struct compile_report r;
-    compile_report_init(&r);
-    struct ca_err err = {0};
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    CHECK(!r.ok);
-    CHECK(unit(&r, "binding.cpp")->ok);
-    CHECK(!unit(&r, "kernels/bad_binding.cpp")->ok);
-    CHECK_CONTAINS(r.errors.data, "kernels/bad_binding.cpp:6:");
-    CHECK_CONTAINS(r.errors.data, "error: 'undefined_in_binding' was not declared");
+    struct tbuild t;
+    tb_begin(&t);
+    put_file(t.snap, "bad_binding.cpp", "tests/eval/compile/src/bad_binding.cpp");
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(!t.r.ok);
+    CHECK(unit(&t.r, "binding.cpp")->ok);
+    CHECK(!unit(&t.r, "kernels/bad_binding.cpp")->ok);
+    CHECK_CONTAINS(t.r.errors.data, "kernels/bad_binding.cpp:6:");
+    CHECK_CONTAINS(t.r.errors.data, "error: 'undefined_in_binding' was not declared");
     /* Not blamed on the precompiled header: no retry. */
-    CHECK(unit(&r, "kernels/bad_binding.cpp")->used_pch);
-    CHECK(!strstr(r.full_log.data, "retried without"));
-    compile_report_release(&r);
-    free(lib);
-    free(cache);
-    free(snap);
+    CHECK(unit(&t.r, "kernels/bad_binding.cpp")->used_pch);
+    CHECK(!strstr(t.r.full_log.data, "retried without"));
+    tb_end(&t);
 }
 
 TEST(link_error_names_units)
 {
     if (!have_nvcc())
         return;
-    char *snap = snapshot("snap");
-    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
-    put_file(snap, "dup.cu", "tests/eval/compile/src/dup.cu");
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
-    struct compile_report r;
-    compile_report_init(&r);
-    struct ca_err err = {0};
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    CHECK(!r.ok);
-    CHECK(!r.link_ok);
-    for (size_t i = 0; i < r.n; i++)
-        CHECK(r.units[i].ok);
-    CHECK_CONTAINS(r.errors.data, "link of cuda_extension failed");
+    struct tbuild t;
+    tb_begin(&t);
+    put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
+    put_file(t.snap, "dup.cu", "tests/eval/compile/src/dup.cu");
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(!t.r.ok);
+    CHECK(!t.r.link_ok);
+    for (size_t i = 0; i < t.r.n; i++)
+        CHECK(t.r.units[i].ok);
+    CHECK_CONTAINS(t.r.errors.data, "link of cuda_extension failed");
     /* GNU ld: "multiple definition of `add_launch'"; lld: "duplicate symbol: add_launch". */
-    CHECK(strstr(r.errors.data, "multiple definition of `add_launch'") ||
-          strstr(r.errors.data, "duplicate symbol: add_launch"));
-    CHECK_CONTAINS(r.errors.data, "kernels/add.cu.o");
-    CHECK_CONTAINS(r.errors.data, "kernels/dup.cu.o");
-    CHECK(!strstr(r.errors.data, cache));
-    compile_report_release(&r);
-    free(lib);
-    free(cache);
-    free(snap);
+    CHECK(strstr(t.r.errors.data, "multiple definition of `add_launch'") ||
+          strstr(t.r.errors.data, "duplicate symbol: add_launch"));
+    CHECK_CONTAINS(t.r.errors.data, "kernels/add.cu.o");
+    CHECK_CONTAINS(t.r.errors.data, "kernels/dup.cu.o");
+    CHECK(!strstr(t.r.errors.data, t.cache));
+    tb_end(&t);
 }
 
 TEST(cublas_linked_only_when_used)
@@ -1004,37 +929,25 @@ TEST(cublas_linked_only_when_used)
         printf("SKIP: readelf not found\n");
         return;
     }
-    char *snap = snapshot("snap");
-    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    char *out = xstrfmt("%s/m.so", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
-    struct compile_report r;
-    compile_report_init(&r);
-    struct ca_err err = {0};
+    struct tbuild t;
+    tb_begin(&t);
+    put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1)
-            put_file(snap, "uses_cublas.cu", "tests/eval/compile/src/uses_cublas.cu");
-        REQUIRE(build(&o, snap, out, &r, &err) == 0);
-        CHECK(r.ok);
-        const char *argv[] = {readelf, "-d", out, NULL};
+            put_file(t.snap, "uses_cublas.cu", "tests/eval/compile/src/uses_cublas.cu");
+        REQUIRE(build(&t.o, t.snap, t.out, &t.r, &t.err) == 0);
+        CHECK(t.r.ok);
+        const char *argv[] = {readelf, "-d", t.out, NULL};
         struct proc_opts po = {.argv = argv, .timeout_ms = 10000};
         struct proc_result pr;
         proc_result_init(&pr);
-        REQUIRE(proc_run(&po, &pr, &err) == 0);
+        REQUIRE(proc_run(&po, &pr, &t.err) == 0);
         /* The stub torch libraries define nothing, so --as-needed linkers drop them. */
         CHECK_CONTAINS(pr.out.data, "libcudart.so");
         CHECK_EQ(strstr(pr.out.data, "libcublas.so") != NULL, pass == 1);
         proc_result_release(&pr);
     }
-    compile_report_release(&r);
-    free(out);
-    free(lib);
-    free(cache);
-    free(snap);
+    tb_end(&t);
     free(readelf);
 }
 
@@ -1083,14 +996,10 @@ TEST(concurrent_builds_share_one_cache)
 {
     if (!have_nvcc())
         return;
-    char *snap = snapshot("snap");
-    put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
-    put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
+    struct tbuild t;
+    tb_begin(&t);
+    put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
+    put_file(t.snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
     pid_t pids[2];
     char *outs[2];
     for (int i = 0; i < 2; i++) {
@@ -1102,7 +1011,7 @@ TEST(concurrent_builds_share_one_cache)
             struct compile_report r;
             compile_report_init(&r);
             struct ca_err err = {0};
-            int rc = compile_build(&o, snap, outs[i], &r, &err);
+            int rc = compile_build(&t.o, t.snap, outs[i], &r, &err);
             if (rc || !r.ok)
                 fprintf(stderr, "  child %d: rc %d %s\n%s\n", i, rc, err.msg, r.errors.data);
             _exit(rc == 0 && r.ok ? 0 : 1);
@@ -1121,60 +1030,44 @@ TEST(concurrent_builds_share_one_cache)
     free(a);
     free(b);
     /* Whatever order they finished in, the cache holds complete entries only. */
-    struct compile_report r;
-    compile_report_init(&r);
-    struct ca_err err = {0};
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    CHECK(r.ok);
-    CHECK(r.link_cached);
-    for (size_t i = 0; i < r.n; i++)
-        CHECK(r.units[i].cached);
-    char *tmp = xstrfmt("%s/tmp", cache);
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(t.r.ok);
+    CHECK(t.r.link_cached);
+    for (size_t i = 0; i < t.r.n; i++)
+        CHECK(t.r.units[i].cached);
+    char *tmp = xstrfmt("%s/tmp", t.cache);
     CHECK_EQ(count_files(tmp), 0);
     free(tmp);
-    compile_report_release(&r);
     for (int i = 0; i < 2; i++)
         free(outs[i]);
-    free(lib);
-    free(cache);
-    free(snap);
+    tb_end(&t);
 }
 
 TEST(empty_and_missing_snapshots)
 {
     if (!have_nvcc())
         return;
-    char *cache = xstrfmt("%s/cache", test_tmpdir());
-    char *lib = xstrfmt("%s/fakelib", test_tmpdir());
-    struct compile_opts o;
-    base_opts(&o, cache);
-    fake_torch(&o, lib);
-    struct compile_report r;
-    compile_report_init(&r);
-    struct ca_err err = {0};
+    struct tbuild t;
+    tb_begin(&t);
     /* No kernels/ at all: the template's binding.cpp alone (a module with no functions). */
     char *empty = xstrfmt("%s/empty", test_tmpdir());
     REQUIRE(mkdir(empty, 0755) == 0);
-    REQUIRE(build(&o, empty, NULL, &r, &err) == 0);
-    CHECK(r.ok);
-    CHECK_EQ(r.n, 1);
-    CHECK_STR(r.units[0].name, "binding.cpp");
+    REQUIRE(build(&t.o, empty, NULL, &t.r, &t.err) == 0);
+    CHECK(t.r.ok);
+    CHECK_EQ(t.r.n, 1);
+    CHECK_STR(t.r.units[0].name, "binding.cpp");
     /* Other files in kernels/ are not units and are not copied. */
-    char *snap = snapshot("snap");
-    put_text(snap, "notes.txt", "not a source\n");
-    put_text(snap, ".hidden.cu", "this is not C++\n");
-    REQUIRE(build(&o, snap, NULL, &r, &err) == 0);
-    CHECK(r.ok);
-    CHECK_EQ(r.n, 1);
+    put_text(t.snap, "notes.txt", "not a source\n");
+    put_text(t.snap, ".hidden.cu", "this is not C++\n");
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(t.r.ok);
+    CHECK_EQ(t.r.n, 1);
     char *missing = xstrfmt("%s/missing", test_tmpdir());
-    CHECK(build(&o, missing, NULL, &r, &err) < 0);
-    CHECK_CONTAINS(err.msg, "missing");
-    compile_report_release(&r);
+    CHECK(build(&t.o, missing, NULL, &t.r, &t.err) < 0);
+    CHECK_CONTAINS(t.err.msg, "missing");
+    tb_end(&t);
     free(missing);
-    free(snap);
     free(empty);
-    free(lib);
-    free(cache);
 }
 
 TEST(missing_nvcc_is_unavailable)
