@@ -17,7 +17,8 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
    clamped to [min_reps, max_reps];
 2. the timed loop, per repetition: fresh inputs from make_inputs() (prepared before the timed
    region; the harness passes varied_copies(), whose floating-point values differ slightly
-   from call to call, so that caching results by content gains nothing), the L2 cache flushed by writing a buffer of at least twice its size, then
+   from call to call, so that caching results by content gains nothing), the L2 cache
+   flushed by writing a buffer of at least twice its size, then
      CUDA ("events"): start event on the current stream; fn(*inputs); a stream end event;
        a device-wide synchronize(); a device end event; synchronize(). The stream end event
        times the work on the current stream, exactly (no host in it); the device end event is
@@ -26,16 +27,17 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
        latency in noticing that the device went idle, which varies from run to run by a good
        part of its ~10 us (1-2% of a 100 us kernel: more than the timing's own noise). So
        the time is the stream's, plus the work left outside it: the gap between the two end
-       events, less the same gap for a tiny kernel on the current stream (measured in the
+       events, less the same gap for a probe kernel on the current stream (measured in the
        same run: the host's latency alone), counted when it exceeds OUTSIDE_TOLERANCE (a few
        microseconds of noise). The probe is a spin kernel (torch.cuda._sleep) as long as the
        timed call's stream time, so that the host is waiting in synchronize() when it ends,
        as it is for the call: a kernel that ends before the host starts waiting (a tiny one)
        has a shorter gap, and the H200 showed honest kernels of 70-140 us over it by up to
        4 us. The probes are interleaved with the timed calls (one after every tenth), as
-       the host's latency drifts during a run. `basis` says "stream" or "stream+outside"; `device_median_ms`,
-       `stream_median_ms`, `outside_stream_ms`, `sync_overhead_ms` (the probe's median gap:
-       the host's latency) and `probe_ms` (the probe's stream time) are reported;
+       the host's latency drifts during a run. `basis` says "stream" or "stream+outside";
+       `device_median_ms`, `stream_median_ms`, `outside_stream_ms`, `sync_overhead_ms` (the
+       probe's median gap: the host's latency) and `probe_ms` (the probe's stream time) are
+       reported;
      CPU ("wall"): time.perf_counter() around fn(*inputs);
 3. with timing="kernel" (CUDA only), a second loop under torch.profiler sums the duration of
    every GPU activity (kernels, memcpy, memset) that starts inside each call's window, as the
