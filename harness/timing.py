@@ -360,7 +360,7 @@ def _probe_kernel(one: Callable[..., tuple[float, float]], stream_ms: float,
 def combine_event_times(device_times: Sequence[float], stream_times: Sequence[float],
                         probe: Sequence[tuple[float, float]]) -> dict[str, Any]:
     """The statistics of timed calls from their (device end, stream end) times and the same
-    pairs for a tiny kernel on the current stream (the host's latency): each call's stream
+    pairs for the probe kernel on the current stream (the host's latency): each call's stream
     time, plus the median work left outside the stream when it is over the tolerance (see
     the module docstring)."""
     stream_med = _median(stream_times)
