@@ -78,11 +78,10 @@ if not ok:
 def cv_of(xs):
     xs = [x for x in xs if isinstance(x, (int, float))]
     return 100 * statistics.pstdev(xs) / statistics.mean(xs) if len(xs) > 1 else float("nan")
-cv = cv_of(ok) / 100
 e = (base.get("eager") or {}).get("median_ms")
 c = (base.get("compile") or {}).get("median_ms")
 print(f"{name}: rewards {rewards}; candidate median {statistics.mean(ok):.4f} ms, "
-      f"CV across runs {100 * cv:.2f}%, within-run CV {cvs}; eager {e} compile {c}; "
+      f"CV across runs {cv_of(ok):.2f}%, within-run CV {cvs}; eager {e} compile {c}; "
       f"speedup vs compile {c / statistics.mean(ok):.3f}; "
       f"eval wall median {statistics.median(walls) / 1000:.2f} s")
 # The time's basis (the stream's time plus work outside it) beside the two end events alone.

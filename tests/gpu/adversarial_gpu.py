@@ -27,17 +27,12 @@ import sys
 import tempfile
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ca_cli import ROOT, TASKS, binary, solution_workspace  # noqa: E402
+
 CASES_DIR = ROOT / "tests" / "adversarial" / "gpu"
-TASKS = ROOT / "examples" / "tasks"
-SOLUTIONS = ROOT / "examples" / "solutions"
 KB_FILE = "kernelbench.py"
 EVAL_TIMEOUT_S = 900
-
-
-def binary() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("CA_BIN") or os.environ.get("CUDA_AGENT")
-                        or ROOT / "build" / "cuda-agent")
 
 
 class Case:
@@ -74,17 +69,10 @@ def load_cases(names: list[str] | None = None) -> list[Case]:
 
 def make_workspace(case: Case, dest: pathlib.Path, ca: pathlib.Path | None = None) -> pathlib.Path:
     """A workspace for case's task at dest: the task's solution, then the case's files."""
-    ca = ca or binary()
-    proc = subprocess.run([str(ca), "workspace", "create", "--task", str(case.task), str(dest)],
-                          capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{case.name}: workspace create failed (exit {proc.returncode}): "
-                           f"{proc.stderr.strip()[-2000:]}")
-    solution = SOLUTIONS / case.expect["task"]
-    if solution.is_dir():
-        for f in sorted((solution / "kernels").iterdir()):
-            shutil.copy(f, dest / "kernels" / f.name)
-        shutil.copy(solution / "model_new.py", dest / "model_new.py")
+    try:
+        solution_workspace(case.expect["task"], dest, ca)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{case.name}: {exc}") from None
     for f in sorted(case.path.rglob("*")):
         if f.is_file() and f.name not in ("expect.json", KB_FILE):
             target = dest / f.relative_to(case.path)

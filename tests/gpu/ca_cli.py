@@ -11,9 +11,16 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TASKS = ROOT / "examples" / "tasks"
 SOLUTIONS = ROOT / "examples" / "solutions"
-BINARY = pathlib.Path(os.environ.get("CA_BIN") or os.environ.get("CUDA_AGENT")
-                      or ROOT / "build" / "cuda-agent")
 TIMEOUT_S = 900
+
+
+def binary() -> pathlib.Path:
+    """$CA_BIN, else $CUDA_AGENT, else build/cuda-agent."""
+    return pathlib.Path(os.environ.get("CA_BIN") or os.environ.get("CUDA_AGENT")
+                        or ROOT / "build" / "cuda-agent")
+
+
+BINARY = binary()
 
 
 def missing() -> str | None:
@@ -37,15 +44,27 @@ def evaluate(args, cache) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+def solution_workspace(task: str, dest: pathlib.Path,
+                       ca: pathlib.Path | None = None) -> pathlib.Path:
+    """A workspace at dest for examples/tasks/TASK.py holding the task's reference solution
+    (its kernels and model_new.py) when examples/solutions/TASK exists."""
+    ca = ca or BINARY
+    proc = subprocess.run([str(ca), "workspace", "create", "--task", str(TASKS / (task + ".py")),
+                           str(dest)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"workspace create for {task} failed (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[-2000:]}")
+    solution = SOLUTIONS / task
+    if solution.is_dir():
+        for f in sorted((solution / "kernels").iterdir()):
+            shutil.copy(f, dest / "kernels" / f.name)
+        shutil.copy(solution / "model_new.py", dest / "model_new.py")
+    return dest
+
+
 def workspace(tmp_path: pathlib.Path, solution: str, model_new: str | None = None) -> pathlib.Path:
-    """A workspace for examples/tasks/SOLUTION.py holding that solution's kernels and its
-    model_new.py (or the given text instead)."""
-    ws = tmp_path / ("ws-" + solution)
-    subprocess.run([str(BINARY), "workspace", "create", "--task", str(TASKS / (solution + ".py")),
-                    str(ws)], check=True, capture_output=True, timeout=60)
-    for f in (SOLUTIONS / solution / "kernels").iterdir():
-        shutil.copy(f, ws / "kernels" / f.name)
-    text = model_new if model_new is not None else \
-        (SOLUTIONS / solution / "model_new.py").read_text()
-    (ws / "model_new.py").write_text(text)
+    """solution_workspace() under tmp_path, with model_new.py replaced by the given text."""
+    ws = solution_workspace(solution, tmp_path / ("ws-" + solution))
+    if model_new is not None:
+        (ws / "model_new.py").write_text(model_new)
     return ws
