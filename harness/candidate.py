@@ -50,6 +50,7 @@ import harness_util as hu  # noqa: E402
 import arena as ar  # noqa: E402
 
 import argparse  # noqa: E402
+import ctypes  # noqa: E402
 import faulthandler  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
@@ -118,6 +119,22 @@ def _init_device(device: torch.device) -> None:
         torch.cuda.set_device(device)
         torch.empty(1, device=device)
         torch.cuda.synchronize(device)
+
+
+def blocking_stream(device: torch.device) -> torch.cuda.Stream:
+    """A new stream that synchronises with the legacy default stream (cudaStreamCreate with no
+    flags), as PyTorch's own default stream does: a kernel launched with `<<<grid, block>>>` and
+    no stream (or a synchronous cudaMemcpy) runs after the work queued on this stream and before
+    the work queued after it, so it is ordered with the forward and counted by the timing's
+    stream end event. PyTorch's pooled streams are non-blocking, which would leave such work
+    racing with the harness's own copies. A fresh stream (not the default one) keeps stream
+    capture possible: CUDA graphs cannot be captured on the legacy default stream."""
+    handle = ctypes.c_void_p()
+    with torch.cuda.device(device):
+        err = torch._C._cudart.cudaStreamCreate(ctypes.addressof(handle))
+    if int(err) != 0:
+        raise RuntimeError(f"cudaStreamCreate failed with CUDA error {int(err)}")
+    return torch.cuda.ExternalStream(handle.value, device=device)
 
 
 def _load_module(name: str, path: str) -> Any:
@@ -196,15 +213,17 @@ class Runner:
     def run(self) -> bool:
         """True: finished ("done" sent); False: stopped after verification.
 
-        On a GPU everything the candidate does runs with a fresh non-default stream as the
-        current stream: work a candidate puts on the legacy default stream (handle 0) or the
-        per-thread one is then not ordered with it, and CUDA graphs can be captured on it."""
+        On a GPU everything the candidate does runs with a fresh blocking stream as the current
+        stream (blocking_stream): work a candidate puts on the legacy default stream (a launch
+        without a stream argument, as most KernelBench code does) is ordered with it, and CUDA
+        graphs can be captured on it. Work on other streams is unordered until the device-wide
+        synchronisations that end every forward and every timed call, which count it."""
         _set_precision(self.job.get("precision", "strict"))
         self.stage("init")
         _init_device(self.device)
         if self.device.type != "cuda":
             return self._run()
-        with torch.cuda.stream(torch.cuda.Stream(device=self.device)):
+        with torch.cuda.stream(blocking_stream(self.device)):
             return self._run()
 
     def _run(self) -> bool:

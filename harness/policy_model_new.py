@@ -4,8 +4,12 @@ Run by policy_check_model_new() (src/eval/policy_py.c), which feeds this script 
     python3 -I -S -B - PATH/model_new.py
 Standard library only; torch is not needed and never imported.
 
+    python3 -I -S -B - --rules kernelbench PATH/model_new.py
+Standard library only; torch is not needed and never imported.
+
 Prints one JSON object on stdout:
-    {"violations": [{"line": N, "rule": "...", "message": "..."}, ...], "truncated": K}
+    {"violations": [{"line": N, "rule": "...", "message": "...", "advisory": bool}, ...],
+     "truncated": K}
 and exits 0 once the file was checked (violations or not), or 2 when it cannot be read or does
 not parse (then with a "syntax" violation when there is a line to point at). Any other exit is a
 bug in this script, and the evaluator treats it as a failed check, never as a pass.
@@ -22,6 +26,15 @@ The file is parsed with ast and checked in two passes:
      they were bound to, so renaming through imports or assignments does not hide anything;
      what cannot be judged statically (attribute access by computed name, exec, ...) is refused.
 Rule ids and what each one is for: docs/internals/policy.md.
+
+Two rule sets. `cuda-agent` (the default, SKILL.md's rules) runs both passes, and every finding
+decides. `kernelbench` is what KernelBench accepts: torch computation, nn modules, helper
+classes, decorators and fallbacks in ModelNew are allowed, so the value analysis (pass 2) is not
+run and most context-free findings are notes ("advisory": true); what still decides is what
+reaches beyond the model: importing modules other than torch and a few pure standard-library
+ones, importing the reference, code or namespaces by computed names (exec, eval, compile,
+globals, __import__...), files and the terminal, and the dunder attributes that reach Python's
+internals (__globals__, __subclasses__, __builtins__...).
 """
 import ast
 import json
@@ -32,6 +45,18 @@ MAX_BYTES = 4 * 1024 * 1024
 MAX_VIOLATIONS = 200
 
 ALLOWED_MODULES = ("torch", "torch.nn", "cuda_extension", "math", "typing", "__future__")
+# kernelbench rules: top-level modules that compute or describe and reach nothing outside.
+KB_MODULES = {"torch", "cuda_extension", "math", "typing", "__future__", "numpy", "functools",
+              "itertools", "collections", "dataclasses", "numbers", "operator", "enum", "abc",
+              "warnings", "einops"}
+KB_BANNED_BUILTINS = {"exec", "eval", "compile", "globals", "locals", "vars", "open", "input",
+                      "breakpoint", "exit", "quit", "memoryview", "__import__"}
+KB_DUNDERS = {"__globals__", "__builtins__", "__subclasses__", "__code__", "__closure__",
+              "__dict__", "__bases__", "__base__", "__mro__", "__import__", "__loader__",
+              "__spec__", "__getattribute__", "__func__", "__self__", "__reduce__",
+              "__reduce_ex__", "__class_getitem__", "__init_subclass__", "__set_name__",
+              "__file__", "__defaults__", "__kwdefaults__", "__wrapped__"}
+RULES = "cuda-agent"
 ALLOWED_HINT = ("model_new.py may import only torch, torch.nn (as nn), cuda_extension, math and "
                 "typing")
 
@@ -164,13 +189,16 @@ class Violations:
         self.items = []
         self.seen = set()
 
-    def add(self, node, rule, message):
+    def add(self, node, rule, message, strong=False):
+        """strong: the finding decides under the kernelbench rules too."""
         line = getattr(node, "lineno", 1) or 1
         key = (line, getattr(node, "col_offset", 0), rule, message)
         if key in self.seen:
             return
         self.seen.add(key)
-        self.items.append({"line": line, "rule": rule, "message": message})
+        advisory = RULES == "kernelbench" and not strong
+        self.items.append({"line": line, "rule": rule, "message": message,
+                           "advisory": advisory})
 
 
 def src(node):
@@ -211,8 +239,8 @@ class Checker:
 
     # ---- helpers ----
 
-    def add(self, node, rule, message):
-        self.v.add(node, rule, message)
+    def add(self, node, rule, message, strong=False):
+        self.v.add(node, rule, message, strong)
 
     def resolve(self, node):
         """Dotted path of a name or attribute chain rooted at an import, else None."""
@@ -316,7 +344,18 @@ class Checker:
         full = mod + "." + name if name else mod
         if mod in ("model", "reference") or mod.startswith("model."):
             self.add(node, "import", "importing the reference (`%s`): ModelNew must compute "
-                     "with your kernels, not call or subclass Model" % full)
+                     "with your kernels, not call or subclass Model" % full, strong=True)
+            return False
+        if RULES == "kernelbench":
+            root = mod.split(".")[0]
+            private = any(part.startswith("_") for part in mod.split(".")[1:])
+            if root in KB_MODULES and not private and full != "torch.multiprocessing":
+                return True
+            self.add(node, "import", "`import %s`: under the kernelbench rules model_new.py may "
+                     "import torch and its public modules, cuda_extension, numpy, einops and "
+                     "pure standard-library modules (math, typing, functools, itertools, "
+                     "collections, dataclasses, numbers, operator, enum, abc, warnings)" % full,
+                     strong=True)
             return False
         if mod not in ALLOWED_MODULES:
             problem = self.torch_path_problem(mod) if mod.startswith("torch.") else None
@@ -507,7 +546,7 @@ class Checker:
         name = node.id
         if dunder(name):
             self.add(node, "dunder", "`%s`: dunder names reach Python's internals; remove it"
-                     % name)
+                     % name, strong=name in KB_DUNDERS)
             return
         if isinstance(node.ctx, ast.Store) and name in self.imports:
             self.add(node, "import", "`%s` is assigned, shadowing the import of the same name: "
@@ -520,7 +559,7 @@ class Checker:
         if name == "super":
             return          # judged with its call (check_call_shape)
         self.add(node, "builtin", "`%s` %s: not allowed in model_new.py" %
-                 (name, BANNED_BUILTINS[name]))
+                 (name, BANNED_BUILTINS[name]), strong=name in KB_BANNED_BUILTINS)
 
     def check_attribute(self, node, fn, cls):
         attr = node.attr
@@ -529,7 +568,7 @@ class Checker:
                 isinstance(node.value.func, ast.Name) and node.value.func.id == "super"
             if not ok:
                 self.add(node, "dunder", "`.%s`: dunder attributes reach Python's internals; "
-                         "only super().__init__() is allowed" % attr)
+                         "only super().__init__() is allowed" % attr, strong=attr in KB_DUNDERS)
                 return True
             return False
         if attr.startswith("_"):
@@ -1287,13 +1326,13 @@ class Checker:
         self.check_classes()
         for node in self.tree.body:
             self.walk(node, [set()])
-        if self.model is not None:
+        if self.model is not None and RULES != "kernelbench":
             self.analyze_model()
         return self.v.items
 
 
 def emit(items, code):
-    items = sorted(items, key=lambda v: v["line"])
+    items = sorted(({"advisory": False, **v} for v in items), key=lambda v: v["line"])
     out = {"violations": items[:MAX_VIOLATIONS]}
     if len(items) > MAX_VIOLATIONS:
         out["truncated"] = len(items) - MAX_VIOLATIONS
@@ -1303,10 +1342,15 @@ def emit(items, code):
 
 
 def main(argv):
-    if len(argv) != 2:
-        print("usage: python3 - MODEL_NEW.py", file=sys.stderr)
+    global RULES
+    args = argv[1:]
+    if len(args) == 3 and args[0] == "--rules" and args[1] in ("cuda-agent", "kernelbench"):
+        RULES = args[1]
+        args = args[2:]
+    if len(args) != 1:
+        print("usage: python3 - [--rules cuda-agent|kernelbench] MODEL_NEW.py", file=sys.stderr)
         sys.exit(EXIT_INPUT)
-    path = argv[1]
+    path = args[0]
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)

@@ -49,6 +49,8 @@ int cmd_eval(int argc, char **argv)
          "CUDA-event wall time (default) or summed kernel time"},
         {"precision", 0, CLI_OPT_STRING, &o.precision, "strict|tf32",
          "strict fp32 accuracy (default) or allow TF32 (baselines then use TF32 too)"},
+        {"rules", 0, CLI_OPT_STRING, &o.rules, "cuda-agent|kernelbench",
+         "the rule set: SKILL.md's (default, for RL rewards) or what KernelBench accepts"},
         {"seeds", 0, CLI_OPT_INT, &seeds, "N", "input sets to verify (default 5)", 1, 100},
         {"atol", 0, CLI_OPT_STRING, &atol, "X", "absolute tolerance (default 1e-2)"},
         {"rtol", 0, CLI_OPT_STRING, &rtol, "X", "relative tolerance (default 1e-2)"},
@@ -60,6 +62,8 @@ int cmd_eval(int argc, char **argv)
          "evaluator cache (default $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent)"},
         {"compile-only", 0, CLI_OPT_FLAG, &o.compile_only, NULL, "stop after compiling"},
         {"verify-only", 0, CLI_OPT_FLAG, &o.verify_only, NULL, "stop after verification"},
+        {"no-compile-baseline", 0, CLI_OPT_FLAG, &o.no_compile_baseline, NULL,
+         "time PyTorch eager only (KernelBench's baseline), not torch.compile"},
         {"no-sandbox", 0, CLI_OPT_FLAG, &o.no_sandbox, NULL,
          "run compilers without the sandbox (hosts without user namespaces; unsafe)"},
         {"server", 0, CLI_OPT_STRING, &server, "SOCKET",
@@ -120,6 +124,8 @@ int cmd_eval(int argc, char **argv)
         bad = "--timing must be events or kernel";
     else if (o.precision && strcmp(o.precision, "strict") && strcmp(o.precision, "tf32"))
         bad = "--precision must be strict or tf32";
+    else if (o.rules && strcmp(o.rules, "cuda-agent") && strcmp(o.rules, "kernelbench"))
+        bad = "--rules must be cuda-agent or kernelbench";
     if (!bad && atol) {
         char *end;
         o.atol = strtod(atol, &end);

@@ -137,6 +137,10 @@ int compile_toolchain_describe(const struct compile_opts *opts, json_t **out,
 /* The cache directory opts selects (see compile_opts.cache_dir), appended to out. */
 int compile_cache_dir(const struct compile_opts *opts, struct buf *out,
                       struct ca_err *err) WARN_UNUSED_RESULT;
+/* The cached object of the unit whose cache key is `key` (a unit report's `key`), appended to
+ * out; the file exists while the cache keeps it. */
+int compile_object_path(const struct compile_opts *opts, const char *key, struct buf *out,
+                        struct ca_err *err) WARN_UNUSED_RESULT;
 
 struct compile_prune_stats {
     uint64_t bytes_before, bytes_after;

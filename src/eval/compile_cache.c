@@ -177,6 +177,18 @@ int compile_cache_dir(const struct compile_opts *opts, struct buf *out, struct c
     return fs_cache_dir(out, "compile", err);
 }
 
+int compile_object_path(const struct compile_opts *opts, const char *key, struct buf *out,
+                        struct ca_err *err)
+{
+    struct buf dir;
+    buf_init(&dir, CA_LIMIT_PATH);
+    int rc = compile_cache_dir(opts, &dir, err);
+    if (rc == 0 && compile__cache_path(dir.data, COMPILE__OBJ, key, out))
+        rc = err_setf(err, CA_ETOOBIG, "compile cache path under '%s' is too long", dir.data);
+    buf_release(&dir);
+    return rc;
+}
+
 int compile__cache_prepare(const char *dir, struct ca_err *err)
 {
     static const char *const subdirs[] = {"objects", "so", "pch", "tmp"};

@@ -172,11 +172,15 @@ static int take_kernelbench(const struct eval_opts *o, const char *cache, const 
     return rc;
 }
 
-static bool run_policy(const char *snap, const json_t *files, bool inline_cuda, json_t *report,
-                       struct ca_err *err, int *rc_out)
+/*
+ * The source and model_new.py checks, into pr (the caller's: its notes come back when the built
+ * object is judged). Names read in sources are notes; syntax and model_new.py findings decide.
+ */
+static bool run_policy(const char *snap, const json_t *files, bool inline_cuda,
+                       struct policy_report *pr_out, json_t *report, struct ca_err *err,
+                       int *rc_out)
 {
-    struct policy_report pr;
-    policy_report_init(&pr);
+    struct policy_report *pr = pr_out;
     int rc = 0;
     size_t i;
     json_t *v;
@@ -193,26 +197,26 @@ static bool run_policy(const char *snap, const json_t *files, bool inline_cuda, 
             break;
         if (strcmp(rel, "model_new.py") == 0) {
             have_model_new = true;
-            rc = policy_check_model_new(path.data, &pr, err);
+            rc = policy_check_model_new(path.data, pr, err);
         } else {
             size_t n = strlen(rel);
             bool cu = n > 3 && strcmp(rel + n - 3, ".cu") == 0;
             rc = fs_read_file(path.data, CA_LIMIT_TASK_BYTES, &code, err);
             if (rc == 0 && cu && inline_cuda)
-                rc = policy_check_inline_cuda(rel, code.data, code.len, &pr, err);
+                rc = policy_check_inline_cuda(rel, code.data, code.len, pr, err);
             else if (rc == 0)
-                rc = policy_check_source(rel, code.data, code.len, &pr, err);
+                rc = policy_check_source(rel, code.data, code.len, pr, err);
         }
         if (rc)
             break;
     }
     buf_release(&path);
     buf_release(&code);
-    json_t *pj = policy_report_to_json(&pr);
+    json_t *pj = policy_report_to_json(pr);
     if (!have_model_new && rc == 0)
         json_object_set_new(pj, "missing", json_string("model_new.py"));
     json_object_set_new(report, "policy", pj);
-    bool ok = rc == 0 && pr.n == 0 && have_model_new;
+    bool ok = rc == 0 && policy_report_ok(pr) && have_model_new;
     if (rc == 0 && !ok) {
         struct buf msg;
         buf_init(&msg, CA_LIMIT_TOOL_OUTPUT);
@@ -220,12 +224,11 @@ static bool run_policy(const char *snap, const json_t *files, bool inline_cuda, 
         if (!have_model_new && buf_addstr(&msg, "model_new.py is missing: write class ModelNew "
                                                 "there\n"))
             LOG_DEBUG("policy message cut");
-        if (policy_report_format(&pr, &msg))
+        if (policy_report_format(pr, &msg))
             LOG_DEBUG("policy message cut");
         json_object_set_new(report, "message", json_stringn(msg.data, msg.len));
         buf_release(&msg);
     }
-    policy_report_release(&pr);
     *rc_out = rc;
     return ok;
 }
@@ -314,6 +317,8 @@ static int run_harness(const struct eval_opts *o, const char *cache, const char 
     argv[n++] = o->timing ? o->timing : "events";
     argv[n++] = "--precision";
     argv[n++] = o->precision ? o->precision : "strict";
+    argv[n++] = "--rules";
+    argv[n++] = o->rules ? o->rules : "cuda-agent";
     argv[n++] = "--atol";
     argv[n++] = atol;
     argv[n++] = "--rtol";
@@ -326,6 +331,8 @@ static int run_harness(const struct eval_opts *o, const char *cache, const char 
     argv[n++] = baselines.data;
     if (o->verify_only)
         argv[n++] = "--no-timing";
+    if (o->no_compile_baseline)
+        argv[n++] = "--no-compile";
     argv[n++] = "--out";
     argv[n++] = out.data;
     argv[n] = NULL;
@@ -412,6 +419,78 @@ static int finish(json_t *report, const char *stage, bool compiled, bool correct
     return 0;
 }
 
+/* Whether rep already holds a violation with this rule and message (the same symbol). */
+static bool has_finding(const struct policy_report *rep, const struct policy_violation *v)
+{
+    for (size_t i = 0; i < rep->n; i++)
+        if (!rep->items[i].advisory && strcmp(rep->items[i].rule, v->rule) == 0 &&
+            strcmp(rep->items[i].message, v->message) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * The verdict on what the code does: the undefined symbols of each of the agent's objects
+ * (reported under its source's name: a real call leaves an import there) and of the linked
+ * module (what the objects' findings do not already say). On a violation the message adds the
+ * source notes of the same rules, which say where in the sources the import may come from.
+ * The findings land in report.policy_so; *ok says whether there were none.
+ */
+static int check_objects(const struct compile_opts *co, const struct compile_report *cr,
+                         const char *so, const struct policy_report *src, json_t *report, bool *ok,
+                         struct ca_err *err)
+{
+    struct policy_report sp, mod;
+    policy_report_init(&sp);
+    policy_report_init(&mod);
+    sp.rules = mod.rules = src->rules;
+    struct buf obj;
+    buf_init(&obj, CA_LIMIT_PATH);
+    int rc = 0;
+    for (size_t i = 0; i < cr->n && rc == 0; i++) {
+        const struct compile_unit_report *u = &cr->units[i];
+        if (strncmp(u->name, "kernels/", 8) != 0 || !u->key[0])
+            continue; /* binding.cpp is ours: it imports Python modules by design */
+        buf_reset(&obj);
+        rc = compile_object_path(co, u->key, &obj, err);
+        if (rc == 0 && fs_is_file(obj.data))
+            rc = policy_check_object(obj.data, u->name, &sp, err);
+    }
+    if (rc == 0)
+        rc = policy_check_so(so, &mod, err);
+    for (size_t i = 0; rc == 0 && i < mod.n; i++) {
+        const struct policy_violation *v = &mod.items[i];
+        if (!v->advisory && !has_finding(&sp, v))
+            policy_report_addf(&sp, v->file, v->line, v->rule, "%s", v->message);
+    }
+    if (rc == 0) {
+        sp.dropped += mod.dropped;
+        *ok = policy_report_ok(&sp);
+        json_object_set_new(report, "policy_so", policy_report_to_json(&sp));
+    }
+    if (rc == 0 && !*ok) {
+        struct buf msg;
+        buf_init(&msg, CA_LIMIT_TOOL_OUTPUT);
+        /* A message cut at the buffer's bound is still useful: ignore overflow. */
+        if (policy_report_format(&sp, &msg))
+            LOG_DEBUG("policy message cut");
+        for (size_t i = 0; i < sp.n; i++) {
+            const struct policy_violation *v = &sp.items[i];
+            bool first = true;
+            for (size_t k = 0; k < i && first; k++)
+                first = sp.items[k].advisory || strcmp(sp.items[k].rule, v->rule) != 0;
+            if (!v->advisory && first && policy_report_format_notes(src, v->rule, &msg))
+                LOG_DEBUG("policy message cut");
+        }
+        json_object_set_new(report, "message", json_stringn(msg.data, msg.len));
+        buf_release(&msg);
+    }
+    buf_release(&obj);
+    policy_report_release(&sp);
+    policy_report_release(&mod);
+    return rc;
+}
+
 int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
 {
     int64_t t0 = ca_now_us(), ts;
@@ -423,14 +502,24 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     json_t *report = json_pack("{s:o}", "stage_ms", json_object());
     if (o->workspace)
         json_object_set_new(report, "workspace", json_string(o->workspace));
-    struct buf cache, snap, so;
+    struct buf cache, snap, so, ccache;
     buf_init(&cache, CA_LIMIT_PATH);
     buf_init(&snap, CA_LIMIT_PATH);
     buf_init(&so, CA_LIMIT_PATH);
+    buf_init(&ccache, CA_LIMIT_PATH);
     json_t *files = NULL;
     struct compile_report cr;
     compile_report_init(&cr);
-    int rc = eval_cache_root(o, &cache, err);
+    struct policy_report pr;
+    policy_report_init(&pr);
+    int rc = policy_rules_parse(o->rules, &pr.rules);
+    if (rc) {
+        json_decref(report);
+        return err_setf(err, CA_EUSAGE, "rules must be cuda-agent or kernelbench, not \"%s\"",
+                        o->rules);
+    }
+    json_object_set_new(report, "rules", json_string(policy_rules_name(pr.rules)));
+    rc = eval_cache_root(o, &cache, err);
     if (rc)
         goto out;
     /* The snapshot lives in the evaluator's cache, out of the agent's reach. */
@@ -481,7 +570,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
 
     ts = ca_now_us();
     int prc = 0;
-    bool policy_ok = run_policy(snap.data, files, kb, report, err, &prc);
+    bool policy_ok = run_policy(snap.data, files, kb, &pr, report, err, &prc);
     stage_time(report, "policy", ts);
     if ((rc = prc) != 0)
         goto out;
@@ -492,14 +581,11 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
 
     ts = ca_now_us();
     struct compile_opts co;
-    struct buf ccache;
-    buf_init(&ccache, CA_LIMIT_PATH);
     compile_opts_for(o, cache.data, &co, &ccache);
     co.inline_cuda = kb;
     rc = fs_join(&so, snap.data, COMPILE_MODULE_NAME ".so") ? CA_ETOOBIG : 0;
     if (rc == 0)
         rc = compile_build(&co, snap.data, so.data, &cr, err);
-    buf_release(&ccache);
     json_object_set_new(report, "compile", compile_report_to_json(&cr));
     stage_time(report, "compile", ts);
     bool cu_failed = false;
@@ -520,24 +606,14 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
         rc = finish(report, "compile", false, false, err);
         goto out;
     }
-    struct policy_report sp;
-    policy_report_init(&sp);
-    rc = policy_check_so(so.data, &sp, err);
-    if (rc == 0 && sp.n) {
-        struct buf msg;
-        buf_init(&msg, CA_LIMIT_TOOL_OUTPUT);
-        if (policy_report_format(&sp, &msg))
-            LOG_DEBUG("policy message cut");
-        json_object_set_new(report, "message", json_stringn(msg.data, msg.len));
-        json_object_set_new(report, "policy_so", policy_report_to_json(&sp));
-        buf_release(&msg);
-        policy_report_release(&sp);
+    bool objects_ok = false;
+    rc = check_objects(&co, &cr, so.data, &pr, report, &objects_ok, err);
+    if (rc)
+        goto out;
+    if (!objects_ok) {
         rc = finish(report, "policy", false, false, err);
         goto out;
     }
-    policy_report_release(&sp);
-    if (rc)
-        goto out;
     if (o->compile_only) {
         json_object_set_new(report, "stage", json_string("compile"));
         json_object_set_new(report, "ok", json_true());
@@ -567,6 +643,8 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
 out:
     json_decref(files);
     compile_report_release(&cr);
+    policy_report_release(&pr);
+    buf_release(&ccache);
     json_object_set_new(report, "elapsed_ms", json_real((double)(ca_now_us() - t0) / 1000.0));
     if (snap.len && !getenv("CUDA_AGENT_KEEP_RUNS")) {
         struct ca_err ignored;

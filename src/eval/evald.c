@@ -68,6 +68,7 @@ static int parse_request(const struct evald *d, const json_t *req, struct eval_o
     static const char *const modes[] = {"full", "verify", "compile", NULL};
     static const char *const timings[] = {"events", "kernel", NULL};
     static const char *const precisions[] = {"strict", "tf32", NULL};
+    static const char *const rule_sets[] = {"cuda-agent", "kernelbench", NULL};
     int rc = 0;
     *eo = d->o->base;
     eo->pool = d->pool;
@@ -87,9 +88,15 @@ static int parse_request(const struct evald *d, const json_t *req, struct eval_o
     const char *mode = opt_str(req, "mode", modes, "full", err, &rc);
     eo->timing = opt_str(req, "timing", timings, d->o->base.timing, err, &rc);
     eo->precision = opt_str(req, "precision", precisions, d->o->base.precision, err, &rc);
+    eo->rules = opt_str(req, "rules", rule_sets, d->o->base.rules, err, &rc);
     if (rc)
         return rc;
     eo->verify_only = strcmp(mode, "verify") == 0;
+    json_t *cb = json_object_get(req, "compile_baseline");
+    if (cb && !json_is_boolean(cb))
+        return err_setf(err, CA_EUSAGE, "\"compile_baseline\" must be true or false");
+    if (cb)
+        eo->no_compile_baseline = json_is_false(cb);
     eo->compile_only = strcmp(mode, "compile") == 0;
     int64_t i64;
     if (jsonx_get_int(req, "seeds", false, &i64, "request", err) == 0 &&
@@ -258,6 +265,10 @@ json_t *evald_request_for(const struct eval_opts *o)
         json_object_set_new(req, "timing", json_string(o->timing));
     if (o->precision)
         json_object_set_new(req, "precision", json_string(o->precision));
+    if (o->rules)
+        json_object_set_new(req, "rules", json_string(o->rules));
+    if (o->no_compile_baseline)
+        json_object_set_new(req, "compile_baseline", json_false());
     if (o->seeds > 0)
         json_object_set_new(req, "seeds", json_integer(o->seeds));
     if (o->atol > 0)

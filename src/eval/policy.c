@@ -45,8 +45,8 @@ static const struct {
     {"dlopen", "no run-time loading of code or lookup of symbols"},
     {"env", "no environment variables"},
     {"asm", "inline assembly only inside __device__/__global__ functions of .cu files"},
-    {"stream", "all GPU work on the current stream: no stream creation, launches without a "
-               "stream, synchronous copies or other streams"},
+    {"stream", "(a note, never a violation) GPU work off the current stream: stream creation, "
+               "launches without a stream, synchronous copies, other streams"},
     {"memory", "device memory comes from torch::empty*: no cudaMalloc/cudaFree, managed, pinned "
                "or IPC memory, no tensors over existing memory"},
     {"device", "no process-wide device settings (device, limits, caches, profiler)"},
@@ -76,6 +76,57 @@ const char *policy_rule_summary(const char *id)
     return NULL;
 }
 
+/* ---- rule sets and what decides ---- */
+
+const char *policy_rules_name(enum policy_rules rules)
+{
+    return rules == POLICY_RULES_KERNELBENCH ? "kernelbench" : "cuda-agent";
+}
+
+int policy_rules_parse(const char *s, enum policy_rules *out)
+{
+    if (!s || strcmp(s, "cuda-agent") == 0)
+        *out = POLICY_RULES_CUDA_AGENT;
+    else if (strcmp(s, "kernelbench") == 0)
+        *out = POLICY_RULES_KERNELBENCH;
+    else
+        return CA_EUSAGE;
+    return 0;
+}
+
+static bool rule_in(const char *rule, const char *const *set, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rule, set[i]) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * The decision table. A source's name rules read names, which a local helper, variable or field
+ * may share (`__device__ float gelu()`, `cudaGraphExec_t exec`, `ly.relu`): they advise, and the
+ * same rules applied to the built object's undefined symbols decide. The syntax rules (lexer,
+ * include, macro, asm, file-type, file-size) read constructs no collision produces and decide.
+ * Which stream work runs on never decides: the harness orders the candidate's current stream
+ * with the legacy default stream and times work on every stream. Under the kernelbench rules,
+ * torch computation and other libraries are allowed (their share of the GPU time is reported).
+ */
+static bool is_advisory(const struct policy_report *rep, const char *rule)
+{
+    static const char *const source_names[] = {
+        "torch-compute", "python", "process", "thread", "file",   "network",
+        "dlopen",        "env",    "stream",  "memory", "device", "library",
+    };
+    static const char *const kernelbench_allows[] = {"torch-compute", "library"};
+    if (strcmp(rule, "stream") == 0)
+        return true;
+    if (rep->basis == POLICY_BASIS_SOURCE_NAME &&
+        rule_in(rule, source_names, ARRAY_SIZE(source_names)))
+        return true;
+    return rep->rules == POLICY_RULES_KERNELBENCH &&
+           rule_in(rule, kernelbench_allows, ARRAY_SIZE(kernelbench_allows));
+}
+
 /* ---- the report ---- */
 
 void policy_report_init(struct policy_report *rep)
@@ -91,12 +142,22 @@ void policy_report_release(struct policy_report *rep)
         free(rep->items[i].message);
     }
     free(rep->items);
+    enum policy_rules rules = rep->rules;
     policy_report_init(rep);
+    rep->rules = rules;
 }
 
 bool policy_report_ok(const struct policy_report *rep)
 {
-    return rep->n == 0 && rep->dropped == 0;
+    return rep->n == rep->notes && rep->dropped == 0;
+}
+
+bool policy_report_has(const struct policy_report *rep, const char *rule)
+{
+    for (size_t i = 0; i < rep->n; i++)
+        if (!rep->items[i].advisory && strcmp(rep->items[i].rule, rule) == 0)
+            return true;
+    return false;
 }
 
 static bool same_as_last(const struct policy_report *rep, const char *file, unsigned line,
@@ -107,6 +168,29 @@ static bool same_as_last(const struct policy_report *rep, const char *file, unsi
     const struct policy_violation *v = &rep->items[rep->n - 1];
     return v->line == line && strcmp(v->file, file) == 0 && strcmp(v->rule, rule) == 0 &&
            strcmp(v->message, msg) == 0;
+}
+
+static void add(struct policy_report *rep, bool advisory, const char *file, unsigned line,
+                const char *rule, const char *msg)
+{
+    if (same_as_last(rep, file, line, rule, msg))
+        return;
+    size_t kept = advisory ? rep->notes : rep->n - rep->notes;
+    if (kept >= POLICY_MAX_VIOLATIONS) {
+        if (advisory)
+            rep->notes_dropped++;
+        else
+            rep->dropped++;
+        return;
+    }
+    ALLOC_GROW(rep->items, rep->n + 1, rep->alloc);
+    struct policy_violation *v = &rep->items[rep->n++];
+    v->file = xstrdup(file);
+    v->line = line;
+    v->rule = xstrdup(rule);
+    v->message = xstrdup(msg);
+    v->advisory = advisory;
+    rep->notes += advisory;
 }
 
 void policy_report_addf(struct policy_report *rep, const char *file, unsigned line,
@@ -121,25 +205,30 @@ void policy_report_addf(struct policy_report *rep, const char *file, unsigned li
         msg[0] = '\0';
     else if ((size_t)n >= sizeof(msg))
         memcpy(msg + sizeof(msg) - 4, "...", 4);
-    if (same_as_last(rep, file, line, rule, msg))
-        return;
-    if (rep->n >= POLICY_MAX_VIOLATIONS) {
-        rep->dropped++;
-        return;
-    }
-    ALLOC_GROW(rep->items, rep->n + 1, rep->alloc);
-    struct policy_violation *v = &rep->items[rep->n++];
-    v->file = xstrdup(file);
-    v->line = line;
-    v->rule = xstrdup(rule);
-    v->message = xstrdup(msg);
+    add(rep, is_advisory(rep, rule), file, line, rule, msg);
 }
 
-json_t *policy_report_to_json(const struct policy_report *rep)
+void policy_report_add_note(struct policy_report *rep, const char *file, unsigned line,
+                            const char *rule, const char *message)
+{
+    char msg[MESSAGE_MAX];
+    size_t n = strlen(message);
+    if (n >= sizeof(msg)) {
+        memcpy(msg, message, sizeof(msg) - 4);
+        memcpy(msg + sizeof(msg) - 4, "...", 4);
+    } else {
+        memcpy(msg, message, n + 1);
+    }
+    add(rep, true, file, line, rule, msg);
+}
+
+static json_t *items_to_json(const struct policy_report *rep, bool advisory)
 {
     json_t *arr = json_array();
     for (size_t i = 0; i < rep->n; i++) {
         const struct policy_violation *v = &rep->items[i];
+        if (v->advisory != advisory)
+            continue;
         json_t *o = json_object();
         json_object_set_new(o, "file", json_string(v->file));
         json_object_set_new(o, "line", json_integer(v->line));
@@ -149,27 +238,55 @@ json_t *policy_report_to_json(const struct policy_report *rep)
         json_object_set_new(o, "message", m ? m : json_string("(message not valid UTF-8)"));
         json_array_append_new(arr, o);
     }
+    return arr;
+}
+
+json_t *policy_report_to_json(const struct policy_report *rep)
+{
     json_t *root = json_object();
     json_object_set_new(root, "ok", json_boolean(policy_report_ok(rep)));
-    json_object_set_new(root, "violations", arr);
+    json_object_set_new(root, "rules", json_string(policy_rules_name(rep->rules)));
+    json_object_set_new(root, "violations", items_to_json(rep, false));
+    json_object_set_new(root, "notes", items_to_json(rep, true));
     json_object_set_new(root, "dropped", json_integer((json_int_t)rep->dropped));
+    json_object_set_new(root, "notes_dropped", json_integer((json_int_t)rep->notes_dropped));
     return root;
+}
+
+static int format_item(const struct policy_violation *v, const char *tag, struct buf *out)
+{
+    if (v->line)
+        return buf_addf(out, "%s:%u: %s%s: %s\n", v->file, v->line, tag, v->rule, v->message);
+    return buf_addf(out, "%s: %s%s: %s\n", v->file, tag, v->rule, v->message);
 }
 
 int policy_report_format(const struct policy_report *rep, struct buf *out)
 {
     int rc = 0;
-    size_t shown = rep->n < POLICY_FORMAT_LINES ? rep->n : POLICY_FORMAT_LINES;
-    for (size_t i = 0; i < shown && rc == 0; i++) {
-        const struct policy_violation *v = &rep->items[i];
-        if (v->line)
-            rc = buf_addf(out, "%s:%u: %s: %s\n", v->file, v->line, v->rule, v->message);
-        else
-            rc = buf_addf(out, "%s: %s: %s\n", v->file, v->rule, v->message);
+    size_t shown = 0, total = rep->n - rep->notes;
+    for (size_t i = 0; i < rep->n && rc == 0 && shown < POLICY_FORMAT_LINES; i++) {
+        if (rep->items[i].advisory)
+            continue;
+        rc = format_item(&rep->items[i], "", out);
+        shown++;
     }
-    size_t more = rep->n - shown + rep->dropped;
+    size_t more = total - shown + rep->dropped;
     if (rc == 0 && more)
         rc = buf_addf(out, "... and %zu more violation%s\n", more, more == 1 ? "" : "s");
+    return rc;
+}
+
+int policy_report_format_notes(const struct policy_report *rep, const char *rule, struct buf *out)
+{
+    int rc = 0;
+    size_t shown = 0;
+    for (size_t i = 0; i < rep->n && rc == 0 && shown < POLICY_FORMAT_LINES; i++) {
+        const struct policy_violation *v = &rep->items[i];
+        if (!v->advisory || (rule && strcmp(v->rule, rule) != 0))
+            continue;
+        rc = format_item(v, "note: ", out);
+        shown++;
+    }
     return rc;
 }
 
@@ -227,8 +344,9 @@ static const struct policy__hit hit_env = {
     "Take every setting as an argument (the launcher's `int config` is there for tuning)."};
 
 #define USE_CURRENT_STREAM                                                                         \
-    "Launch all work on the stream the binding passes (at::cuda::getCurrentCUDAStream()): the "    \
-    "evaluator times that stream, so work elsewhere is neither ordered nor measured."
+    "Prefer the stream the binding passes (at::cuda::getCurrentCUDAStream()); the evaluator "      \
+    "orders the legacy default stream with it and times work on every stream, so this is a note, " \
+    "not a violation."
 static const struct policy__hit hit_stream_create = {"stream", "creates or destroys a CUDA stream",
                                                      USE_CURRENT_STREAM};
 static const struct policy__hit hit_stream_other = {
@@ -240,10 +358,10 @@ static const struct policy__hit hit_stream_sync = {
     "Use the ...Async form (cudaMemcpyAsync, cudaMemsetAsync, cudaMemcpyToSymbolAsync) with the "
     "stream the binding passes, or do it in a kernel."};
 static const struct policy__hit hit_stream_host = {
-    "stream", "runs host code from a stream callback",
+    "thread", "runs host code on a driver thread from a stream callback",
     "Everything must be done when the call returns: remove it."};
 static const struct policy__hit hit_stream_attr = {
-    "stream", "changes stream attributes (such as L2 persistence) that outlive the call",
+    "device", "changes stream attributes (such as L2 persistence) that outlive the call",
     "Leave stream and cache settings to the evaluator: remove it."};
 
 #define USE_TORCH_EMPTY                                                                            \

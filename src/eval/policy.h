@@ -41,32 +41,77 @@
 /* Lines policy_report_format() prints before "... and N more". */
 #define POLICY_FORMAT_LINES 20
 
+/*
+ * The rule sets a report is judged by (named in every report):
+ *   - cuda-agent (default): SKILL.md's rules, for RL rewards: kernels and bindings only check,
+ *     allocate and launch; model_new.py calls only the extension;
+ *   - kernelbench: what KernelBench accepts: torch computation in bindings and in
+ *     ModelNew.forward, other libraries, tensor outputs from torch::zeros; every defence that
+ *     does not contradict it stays on (processes, files, network, threads, run-time loading,
+ *     environment, device settings, memory outside the allocator, the syntax rules).
+ * Under both, which stream a kernel runs on is not a violation: the harness orders and times
+ * the candidate's work on every stream.
+ */
+enum policy_rules { POLICY_RULES_CUDA_AGENT = 0, POLICY_RULES_KERNELBENCH };
+
+/* "cuda-agent" / "kernelbench". */
+const char *policy_rules_name(enum policy_rules rules);
+/* 0 and *out set when s names a rule set (NULL: the default); CA_EUSAGE otherwise. */
+int policy_rules_parse(const char *s, enum policy_rules *out) WARN_UNUSED_RESULT;
+
+/*
+ * What a finding rests on, which decides whether it fails the candidate or is only a note.
+ * Meaning decides, names only advise: a name read in a source (`fork`, `gelu(x)`, `.relu`) may
+ * be a local function, variable or field, so it is a note; the built object's undefined symbols
+ * (a real call leaves an import) and the evaluator's own findings decide. Syntax that no name
+ * collision can produce (the lexer, #include paths, macros that hide names, host inline
+ * assembly) decides too.
+ */
+enum policy_basis {
+    POLICY_BASIS_FINDING = 0, /* syntax, or the evaluator's own finding */
+    POLICY_BASIS_SOURCE_NAME, /* a name or pattern read in a C++/CUDA source */
+    POLICY_BASIS_SYMBOL,      /* an undefined symbol of a built object */
+    POLICY_BASIS_MODEL_NEW,   /* model_new.py's syntax tree */
+};
+
 struct policy_violation {
     char *file;    /* as the caller named it: "kernels/add.cu", "model_new.py", "ext.so" */
     unsigned line; /* 1-based; 0 when the violation has no line (a symbol of a built object) */
     char *rule;    /* stable id such as "process" or "torch-compute" */
     char *message; /* for the agent: what, which rule, what to do instead */
+    bool advisory; /* a note: reported, never fails the candidate */
 };
 
 struct policy_report {
-    struct policy_violation *items;
+    struct policy_violation *items; /* violations and notes, in the order found */
     size_t n, alloc;
-    size_t dropped; /* violations past POLICY_MAX_VIOLATIONS: counted, not kept */
+    size_t notes;            /* how many of items are notes */
+    size_t dropped;          /* violations past POLICY_MAX_VIOLATIONS: counted, not kept */
+    size_t notes_dropped;    /* the same for notes */
+    enum policy_rules rules; /* set by the caller after init (default cuda-agent) */
+    enum policy_basis basis; /* what the check running now reads; the checks set it */
 };
 
 void policy_report_init(struct policy_report *rep);
 void policy_report_release(struct policy_report *rep);
-/* True when the report holds no violation. */
+/* True when the report holds no violation (notes do not count). */
 bool policy_report_ok(const struct policy_report *rep);
 /*
- * Add a violation (the checks use it; so may the evaluator for its own findings). A violation
- * equal to the last one added (file, line, rule, message) is dropped as a repeat. Messages are
- * cut to a few hundred bytes.
+ * Add a finding (the checks use it; so may the evaluator for its own findings, with the basis
+ * left at POLICY_BASIS_FINDING). Whether it is a violation or a note follows from rep->basis,
+ * the rule and rep->rules (policy.c's decision table). A finding equal to the last one added
+ * (file, line, rule, message) is dropped as a repeat. Messages are cut to a few hundred bytes.
  */
 void policy_report_addf(struct policy_report *rep, const char *file, unsigned line,
                         const char *rule, const char *fmt, ...) CA_PRINTF(5, 6);
 
-/* {"ok": bool, "violations": [{"file","line","rule","message"}...], "dropped": N}; new ref. */
+/* As policy_report_addf(), but a note whatever the table says (model_new.py's checker marks
+ * the findings that only advise under the report's rule set). */
+void policy_report_add_note(struct policy_report *rep, const char *file, unsigned line,
+                            const char *rule, const char *message);
+
+/* {"ok": bool, "rules": "cuda-agent"|"kernelbench", "violations": [{"file","line","rule",
+ * "message"}...], "notes": [...], "dropped": N, "notes_dropped": N}; new ref. */
 json_t *policy_report_to_json(const struct policy_report *rep);
 /*
  * Append the report for the agent: one "FILE:LINE: RULE: MESSAGE" line per violation ("FILE:
@@ -74,6 +119,15 @@ json_t *policy_report_to_json(const struct policy_report *rep);
  * violations" when there are more. Nothing is appended for an empty report.
  */
 int policy_report_format(const struct policy_report *rep, struct buf *out) WARN_UNUSED_RESULT;
+/*
+ * Append the notes whose rule is `rule` (every note when NULL), one "FILE:LINE: note: RULE:
+ * MESSAGE" line each, at most POLICY_FORMAT_LINES: where in the sources a violation found in a
+ * built object may come from.
+ */
+int policy_report_format_notes(const struct policy_report *rep, const char *rule,
+                               struct buf *out) WARN_UNUSED_RESULT;
+/* True when the report holds a violation (not a note) of rule `rule`. */
+bool policy_report_has(const struct policy_report *rep, const char *rule);
 
 /* A one-line summary of rule `id`, or NULL when no check reports that id. */
 const char *policy_rule_summary(const char *id);
@@ -118,5 +172,9 @@ int policy_check_model_new(const char *path, struct policy_report *rep,
  */
 int policy_check_so(const char *so_path, struct policy_report *rep,
                     struct ca_err *err) WARN_UNUSED_RESULT;
+/* As policy_check_so(), with the findings reported under `report_as` (e.g. the source an object
+ * was built from) instead of the file's base name; NULL: the base name. */
+int policy_check_object(const char *path, const char *report_as, struct policy_report *rep,
+                        struct ca_err *err) WARN_UNUSED_RESULT;
 
 #endif

@@ -198,7 +198,8 @@ static int check_elf(Elf *e, const char *path, const char *file, struct policy_r
     return 0;
 }
 
-int policy_check_so(const char *so_path, struct policy_report *rep, struct ca_err *err)
+int policy_check_object(const char *so_path, const char *report_as, struct policy_report *rep,
+                        struct ca_err *err)
 {
     if (elf_version(EV_CURRENT) == EV_NONE)
         return err_setf(err, CA_EUNAVAIL, "libelf is too old for this object format: %s",
@@ -226,9 +227,17 @@ int policy_check_so(const char *so_path, struct policy_report *rep, struct ca_er
         rc = err_setf(err, CA_EPARSE, "%s: not an ELF object: %s", so_path, elf_errmsg(-1));
         goto out;
     }
-    rc = check_elf(e, so_path, policy__basename(so_path), rep, err);
+    enum policy_basis saved = rep->basis;
+    rep->basis = POLICY_BASIS_SYMBOL;
+    rc = check_elf(e, so_path, report_as ? report_as : policy__basename(so_path), rep, err);
+    rep->basis = saved;
     elf_end(e);
 out:
     close(fd);
     return rc;
+}
+
+int policy_check_so(const char *so_path, struct policy_report *rep, struct ca_err *err)
+{
+    return policy_check_object(so_path, NULL, rep, err);
 }

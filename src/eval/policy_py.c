@@ -71,6 +71,7 @@ static int read_verdict(const char *path, const struct buf *out, struct policy_r
     {
         int64_t line = 0;
         const char *rule = NULL, *message = NULL;
+        bool advisory = json_is_true(json_object_get(v, "advisory"));
         rc = jsonx_get_int(v, "line", true, &line, "a violation", err);
         if (!rc)
             rc = jsonx_get_str(v, "rule", true, &rule, "a violation", err);
@@ -85,8 +86,13 @@ static int read_verdict(const char *path, const struct buf *out, struct policy_r
         }
         if (line < 0 || line > (int64_t)UINT32_MAX)
             line = 0;
-        policy_report_addf(rep, file, (unsigned)line, rule, "%s", message);
+        if (advisory)
+            policy_report_add_note(rep, file, (unsigned)line, rule, message);
+        else
+            policy_report_addf(rep, file, (unsigned)line, rule, "%s", message);
     }
+    /* The script counts what it cut without knowing which would have been notes: treat them as
+     * violations (a cut verdict must not pass). */
     if (truncated > 0)
         rep->dropped += (size_t)truncated;
 out:
@@ -107,7 +113,8 @@ int policy_check_model_new(const char *path, struct policy_report *rep, struct c
                         "%s: checking model_new.py needs python3, which is not in PATH (install "
                         "python3; the check uses only its standard library)",
                         path);
-    const char *argv[] = {python, "-I", "-S", "-B", "-", path, NULL};
+    const char *argv[] = {python, "-I", "-S", "-B", "-", "--rules", policy_rules_name(rep->rules),
+                          path,   NULL};
     struct proc_opts opts = {
         .argv = argv,
         .stdin_data = script->data,
@@ -118,6 +125,8 @@ int policy_check_model_new(const char *path, struct policy_report *rep, struct c
     };
     struct proc_result res;
     proc_result_init(&res);
+    enum policy_basis saved = rep->basis;
+    rep->basis = POLICY_BASIS_MODEL_NEW;
     int rc = proc_run(&opts, &res, err);
     if (rc) {
         err_prefix(err, "%s: cannot run python3", path);
@@ -144,6 +153,7 @@ int policy_check_model_new(const char *path, struct policy_report *rep, struct c
             err_prefix(err, "%s", path);
     }
 out:
+    rep->basis = saved;
     proc_result_release(&res);
     free(python);
     return rc;

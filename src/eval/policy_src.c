@@ -2283,14 +2283,25 @@ static int check_source(const char *name, const char *code, size_t len, bool inl
     return 0;
 }
 
+/* Name rules only advise here (policy.c's decision table); the syntax rules decide. */
+static int check_source_as_names(const char *name, const char *code, size_t len, bool inline_cuda,
+                                 struct policy_report *rep, struct ca_err *err)
+{
+    enum policy_basis saved = rep->basis;
+    rep->basis = POLICY_BASIS_SOURCE_NAME;
+    int rc = check_source(name, code, len, inline_cuda, rep, err);
+    rep->basis = saved;
+    return rc;
+}
+
 int policy_check_source(const char *name, const char *code, size_t len, struct policy_report *rep,
                         struct ca_err *err)
 {
-    return check_source(name, code, len, false, rep, err);
+    return check_source_as_names(name, code, len, false, rep, err);
 }
 
 int policy_check_inline_cuda(const char *name, const char *code, size_t len,
                              struct policy_report *rep, struct ca_err *err)
 {
-    return check_source(name, code, len, true, rep, err);
+    return check_source_as_names(name, code, len, true, rep, err);
 }

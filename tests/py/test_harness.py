@@ -999,6 +999,14 @@ def test_launch_evidence_verdicts():
     assert "no GPU activity" in ev.check_launches(ev_(activities=0, kernels=0, total_us=0.0,
                                                       extension_us=0.0, extension_kernels=0))
     assert "unusable" in ev.check_launches(ev_(error="no range"))
+    # The kernelbench rules: torch operators may carry most of the forward (their share is
+    # reported), but the extension's kernels must still run.
+    record = ev_(extension_us=10.0)
+    assert ev.check_launches(record, "kernelbench") is None
+    assert record["torch_share"] == 0.9
+    for record, message in cases[:2]:
+        with pytest.raises(ev.EvalError, match=message):
+            ev.check_launches(record, "kernelbench")
     for bad in (None, ev_(kernels=-1), ev_(total_us=float("nan")), ev_(extension_calls=True)):
         with pytest.raises(ev.EvalError) as info:
             ev.check_launches(bad)

@@ -26,18 +26,21 @@ RULES = {"syntax", "import", "builtin", "dunder", "fallback", "with", "decorator
          "class", "state", "structure", "generator", "torch-compute", "stream", "file-size"}
 
 
-def run(path):
-    proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-", str(path)],
+def run(path, rules=None):
+    extra = ["--rules", rules] if rules else []
+    proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-", *extra, str(path)],
                           input=SCRIPT.read_bytes(), capture_output=True, timeout=60)
     return proc
 
 
-def verdict(path):
-    proc = run(path)
+def verdict(path, rules=None):
+    proc = run(path, rules)
     assert proc.returncode in (0, 2), proc.stderr.decode()
     data = json.loads(proc.stdout)
     for v in data["violations"]:
-        assert set(v) == {"line", "rule", "message"}
+        assert set(v) == {"line", "rule", "message", "advisory"}
+        # Under the default (cuda-agent) rules every finding decides.
+        assert v["advisory"] is (False if rules in (None, "cuda-agent") else v["advisory"])
         assert v["rule"] in RULES, v
         assert isinstance(v["line"], int) and v["line"] >= 1
         assert v["message"]
@@ -196,3 +199,57 @@ def test_script_needs_only_the_standard_library():
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module)
     assert imported <= {"ast", "json", "sys"}, imported
+
+
+# ---- the kernelbench rules ----
+
+def deciding(data):
+    return sorted((v["rule"], v["line"]) for v in data["violations"] if not v["advisory"])
+
+
+@pytest.mark.parametrize("path", OK, ids=[p.stem for p in OK])
+def test_ok_stays_ok_under_kernelbench_rules(path):
+    rc, data = verdict(path, "kernelbench")
+    assert rc == 0 and deciding(data) == [], data
+
+
+def test_kernelbench_rules_allow_torch_and_keep_what_reaches_beyond(tmp_path):
+    f = tmp_path / "model_new.py"
+    f.write_text(
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+        "import numpy as np\nimport cuda_extension\n\n\n"
+        "class Block(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return F.relu(x)\n\n\n"
+        "class ModelNew(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.block = Block()\n\n"
+        "    @staticmethod\n"
+        "    def helper(x):\n"
+        "        return x * 2\n\n"
+        "    def forward(self, x):\n"
+        "        try:\n"
+        "            return cuda_extension.f(self.block(x).contiguous())\n"
+        "        except RuntimeError:\n"
+        "            return torch.cat([x, x])\n")
+    rc, data = verdict(f, "kernelbench")
+    assert rc == 0 and deciding(data) == [], data
+    assert {v["rule"] for v in data["violations"]} >= {"fallback", "decorator", "class"}
+    rc, data = verdict(f, "cuda-agent")
+    assert {r for r, _ in deciding(data)} >= {"fallback", "decorator", "class", "import"}
+    for code, rule in [("import os\n", "import"), ("import ctypes\n", "import"),
+                       ("from model import Model\n", "import"),
+                       ("import torch._dynamo\n", "import"),
+                       ("x = eval('1')\n", "builtin"), ("g = globals()\n", "builtin"),
+                       ("import torch\nb = torch.nn.Module.__subclasses__()\n", "dunder")]:
+        f.write_text(code)
+        rc, data = verdict(f, "kernelbench")
+        assert rule in {r for r, _ in deciding(data)}, (code, data)
+
+
+def test_unknown_rule_set_is_a_usage_error(tmp_path):
+    f = tmp_path / "model_new.py"
+    f.write_text("import torch\n")
+    proc = run(f, "pytorch")
+    assert proc.returncode == 2 and b"usage" in proc.stderr

@@ -92,3 +92,24 @@ TEST(reward_rejects_bad_timings)
         CHECK_CONTAINS(err.msg, "positive finite");
     }
 }
+
+/* No torch.compile baseline (--no-compile-baseline, or torch.compile failed): NaN compile time.
+ * Faster than eager earns 2 at most; a bad compile time that is not NaN is still an error. */
+TEST(reward_without_a_compile_baseline)
+{
+    CHECK_EQ(reward_of(2.0, NAN, 1.0), 2);
+    CHECK_EQ(reward_of(1.0, NAN, 1.0), 1);
+    struct reward_input in = {
+        .compiled = true, .correct = true, .eager_ms = 2, .compile_ms = NAN, .candidate_ms = 1};
+    struct reward_result r;
+    REQUIRE(reward_compute(&in, &r, NULL) == 0);
+    CHECK(!r.faster_than_compile);
+    json_t *j = reward_to_json(&r);
+    REQUIRE(j);
+    CHECK(json_is_null(json_object_get(j, "speedup_compile")));
+    CHECK(json_number_value(json_object_get(j, "speedup_eager")) == 2.0);
+    json_decref(j);
+    struct ca_err err = {0};
+    in.compile_ms = -1;
+    CHECK_EQ(reward_compute(&in, &r, &err), CA_EPARSE);
+}

@@ -1,0 +1,60 @@
+"""GPU tests of legitimate but unusual KernelBench-format candidates (tests/legit/README.md).
+
+Each is evaluated fully (policy, build, object check, verification, timing) against
+examples/tasks/swish_scale_bias.py under the rule sets it names, and must be correct with a
+reward >= 1: launches without a stream argument are ordered with the current stream (the
+candidate's current stream synchronises with the legacy default stream), side streams joined
+back and graphs captured on them are timed on every stream, and names shared with torch
+operators or libc calls are notes. The zero-filled output is refused under the cuda-agent rules
+by the symbol its object imports. Skipped, with the reason, without torch, a CUDA device, nvcc
+or the binary.
+"""
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: torch.cuda.is_available() is False", allow_module_level=True)
+
+from ca_cli import ROOT, TASKS, missing  # noqa: E402
+import ca_cli  # noqa: E402
+
+if missing():
+    pytest.skip(missing(), allow_module_level=True)
+
+LEGIT = ROOT / "tests" / "legit"
+TASK = TASKS / "swish_scale_bias.py"
+CASES = [("name_collisions", "cuda-agent"), ("name_collisions", "kernelbench"),
+         ("side_stream_graph", "cuda-agent"), ("side_stream_graph", "kernelbench"),
+         ("zeros_default_stream", "kernelbench")]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("legit-cache")
+
+
+@pytest.mark.parametrize("name,rules", CASES, ids=[f"{n}-{r}" for n, r in CASES])
+def test_legit_candidate_passes(cache, name, rules):
+    rc, report = ca_cli.evaluate(["--rules", rules, "--task", TASK, "--kernelbench-file",
+                                  LEGIT / (name + ".py")], cache)
+    detail = json.dumps({k: report.get(k) for k in ("stage", "message", "reward", "rules")},
+                        indent=1)
+    assert rc == 0 and report["ok"], detail
+    assert report["rules"] == rules
+    assert report["stage"] == "done", detail
+    assert report["reward"]["reward"] >= 1, detail
+    sets = report["harness"]["verification"]["sets"]
+    assert sets and all(s["ok"] for s in sets), detail
+    # The candidate's kernels did the work (launch evidence), on whatever stream they ran.
+    launches = report["harness"]["verification"].get("launches") or {}
+    assert launches.get("extension_kernels", 0) >= 1, json.dumps(launches)
+
+
+def test_zeros_output_is_refused_by_its_symbol_under_cuda_agent_rules(cache):
+    rc, report = ca_cli.evaluate(["--task", TASK, "--kernelbench-file",
+                                  LEGIT / "zeros_default_stream.py"], cache)
+    assert rc == 1 and report["stage"] == "policy", report.get("message")
+    assert any(v["rule"] == "torch-compute" and "zeros_like" in v["message"]
+               for v in report["policy_so"]["violations"]), report["policy_so"]
