@@ -256,10 +256,16 @@ def input_domains(task: Any) -> dict[int, str]:
 
 
 def heavy_tailed_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """Mixed-sign, heavy-tailed values with x's shape, dtype and spread (std).
+    """Heavy-tailed values with x's shape, dtype, spread (std) and support.
 
     A Gaussian scale mixture (normal times log-normal) has far heavier tails than a normal;
-    values are normalised to x's standard deviation and clipped at 20 of them.
+    values are normalised to x's standard deviation and clipped at 20 of them. The drawn
+    input's structure is kept, since a task's reference may rely on it: elements that are
+    exactly zero stay zero (triangular, banded, sparse or masked inputs: a kernel may skip
+    what the task guarantees is zero). Signs are mixed even where the drawn input had none
+    (an identity shortcut for relu on torch.rand inputs must fail); INPUT_DOMAINS protects an
+    input whose domain forbids it. Found on real KernelBench solutions: a triangular matmul
+    failed only because this set filled the zero triangle.
     """
     if x.numel() == 0:
         return x.clone()
@@ -276,6 +282,7 @@ def heavy_tailed_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     if z.numel() > 1:
         z = z / z.std().clamp_min(1e-12)
     z = (z * scale).clamp(-20.0 * scale, 20.0 * scale)
+    z = torch.where(xd.to(z.device) == 0, torch.zeros_like(z), z)
     return z.to(x.device, x.dtype)
 
 

@@ -150,6 +150,11 @@ def problems(case: Case, report: dict) -> list[str]:
         why.append(f"failure kind {kind!r}, expected {exp['kind']!r}")
     if "contains" in exp and exp["contains"] not in (report.get("message") or ""):
         why.append(f"message lacks {exp['contains']!r}")
+    if "basis" in exp:
+        cand = (((report.get("harness") or {}).get("timing") or {}).get("candidate") or {})
+        if cand.get("basis") != exp["basis"]:
+            why.append(f"candidate timing basis {cand.get('basis')!r}, expected {exp['basis']!r}"
+                       " (work off the current stream must be counted)")
     return why
 
 

@@ -825,6 +825,16 @@ def test_heavy_tailed_inputs_keep_scale_and_dtype():
     assert float(adv.abs().max()) <= 20 * float(x.std()) * 1.01
 
 
+def test_heavy_tailed_inputs_keep_exact_zeros():
+    # A triangular input stays triangular: a kernel may skip what the task says is zero.
+    gen = torch.Generator().manual_seed(2)
+    x = torch.triu(torch.randn(64, 64))
+    adv = ev.heavy_tailed_like(x, gen)
+    assert bool((adv[x == 0] == 0).all())
+    assert bool((adv[x != 0] != 0).float().mean() > 0.99)
+    assert not torch.equal(adv, x)
+
+
 def test_speed_of_light_flag():
     s = ev.InputSet(0, "random", [torch.zeros(1 << 20)], torch.device("cpu"))
     s.ref = [torch.zeros(1 << 20)]
