@@ -546,10 +546,12 @@ def launch_evidence(fn, make_inputs, device: torch.device, module: Any) -> dict[
         out["error"] = "the profiler recorded no range for the call"
         return out
     per_name: dict[tuple[str, bool], list[float]] = {}
+    out["longest_us"] = 0.0
     for start, end, name in acts:
         if not call[0] <= start <= call[1]:
             continue
         us = max(0.0, end - start)
+        out["longest_us"] = max(out["longest_us"], us)
         inside = any(a <= start <= b for a, b in ext)
         is_kernel = not name.startswith(_COPY_PREFIXES)
         out["activities"] += 1

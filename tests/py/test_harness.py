@@ -1137,3 +1137,17 @@ def test_extra_shapes_declaration_errors(tmp_path, decl, message):
     run = evaluate(tmp_path, task=SHAPED_TASK + "\n" + decl + "\n", args=["--no-timing"])
     assert run.rc == 3, run
     assert run.failure["kind"] == "task_error" and message in run.failure["message"], run
+
+
+def test_kernel_floor_holds_the_time_at_the_longest_activity():
+    flags = []
+    stats = {"median_ms": 0.001, "basis": "stream"}
+    out = ev.kernel_floor(stats, {"longest_us": 56.0}, flags)
+    assert out["median_ms"] == pytest.approx(0.056) and out["basis"] == "kernel-floor"
+    assert out["events_median_ms"] == 0.001 and flags[0]["kind"] == "timing_below_kernel"
+    # An honest time (at or a little under the profiled kernel) and bad records change nothing.
+    for st, e in [({"median_ms": 0.052}, {"longest_us": 56.0}), (stats, None),
+                  (stats, {"longest_us": float("nan")}), (stats, {"longest_us": True}),
+                  (stats, {})]:
+        flags = []
+        assert ev.kernel_floor(st, e, flags) is st and flags == []
