@@ -415,9 +415,15 @@ class Runner:
             with torch.no_grad():
                 return model(*args)
 
+        # Where ModelNew may keep the extension's functions: model_new's globals, each module's
+        # attributes.
+        holders = [vars(m) for m in model.modules()]
+        mod = sys.modules.get("model_new")
+        if mod is not None:
+            holders.append(vars(mod))
         try:
             evidence = timing.launch_evidence(forward, lambda: [_clone(x) for x in inputs],
-                                              self.device, self.extension)
+                                              self.device, self.extension, holders)
         except BaseException as exc:  # noqa: BLE001
             raise _fail_from(exc, "exception", "the forward raised while its kernel launches "
                                                "were recorded")

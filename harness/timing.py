@@ -483,7 +483,8 @@ def warm_profiler(device: torch.device | str) -> None:
         _synchronize(device)
 
 
-def launch_evidence(fn, make_inputs, device: torch.device, module: Any) -> dict[str, Any]:
+def launch_evidence(fn, make_inputs, device: torch.device, module: Any,
+                    holders: Sequence[dict] = ()) -> dict[str, Any]:
     """Which GPU work one call of fn does, and how much of it runs inside module's functions.
 
     Every public callable of module (the candidate's extension) is replaced for this one call
@@ -492,7 +493,10 @@ def launch_evidence(fn, make_inputs, device: torch.device, module: Any) -> dict[
     inside TIMED_CALL_RANGE, closed after a device-wide synchronize. A GPU activity (kernel,
     copy, fill) that starts inside an extension range is the extension's, whatever stream it
     ran on; the rest ran outside it (PyTorch operators called by the forward itself). The
-    originals are put back afterwards. Returns the totals, counts and the largest activities.
+    originals are put back afterwards. References to those callables that the candidate kept
+    elsewhere (holders: dicts such as model_new's globals and each submodule's __dict__, where
+    `self.f = ext.f`, as KernelBench solutions often write, puts one) are swapped for the
+    wrappers too, and put back. Returns the totals, counts and the largest activities.
     """
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -514,6 +518,14 @@ def launch_evidence(fn, make_inputs, device: torch.device, module: Any) -> dict[
             continue
         originals[name] = f
         setattr(module, name, wrap(name, f))
+    by_id = {id(f): getattr(module, name) for name, f in originals.items()}
+    swapped: list[tuple[dict, Any, Any]] = []
+    for d in holders:
+        for key, value in list(d.items()):
+            w = by_id.get(id(value))
+            if w is not None:
+                d[key] = w
+                swapped.append((d, key, value))
     try:
         args = make_inputs()
         _synchronize(device)
@@ -524,6 +536,8 @@ def launch_evidence(fn, make_inputs, device: torch.device, module: Any) -> dict[
     finally:
         for name, f in originals.items():
             setattr(module, name, f)
+        for d, key, value in swapped:
+            d[key] = value
 
     call: tuple[float, float] | None = None
     ext: list[tuple[float, float]] = []

@@ -44,7 +44,7 @@ class ModelNew(nn.Module):
         super(ModelNew, self).__init__()
         self.scale = scale
         self.bias = nn.Parameter(torch.randn(features) * 0.1)
-        self.swish_scale_bias = swish_scale_bias
+        self.swish_scale_bias_cuda = swish_scale_bias.swish_scale_bias_cuda
 
     def forward(self, x):
-        return self.swish_scale_bias.swish_scale_bias_cuda(x, self.bias, self.scale)
+        return self.swish_scale_bias_cuda(x, self.bias, self.scale)
