@@ -1378,9 +1378,13 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         atol, rtol = tolerances(task, opts)
         result["verification"].update(atol=atol, rtol=rtol)
         set_precision("strict")  # the reference is always computed at full fp32
-        torch.manual_seed(secret_seed())
+        init_seed = secret_seed()
+        torch.manual_seed(init_seed)
         init_inputs = as_list(task_call("get_init_inputs()", task.get_init_inputs),
                               "get_init_inputs()")
+        # Seeded again right before the construction, as KernelBench seeds Model and ModelNew:
+        # under its rules a ModelNew whose state_dict keys differ is built from the same seed.
+        torch.manual_seed(init_seed)
         model = task_call("Model(*get_init_inputs())", lambda: task.Model(*init_inputs))
         model = task_call("moving Model to the device", lambda: model.to(device).eval())
         state = cpu_state(model)
@@ -1447,6 +1451,7 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         ext_path = os.path.abspath(opts.so or opts.ext_module)
         job = {
             "device": str(device),
+            "rules": opts.rules,
             "extension": {"kind": "so" if opts.so else "py", "path": ext_path},
             "model_new": os.path.abspath(os.path.join(opts.candidate_dir, "model_new.py")),
             "n_sets": len(sets),
@@ -1459,6 +1464,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             "poison_bytes": out_bytes,
             "timing": {"mode": opts.timing, "budget_ms": opts.budget_ms, "set": 0},
         }
+        if opts.rules == "kernelbench":
+            job["init_seed"] = init_seed  # never an input seed: those stay here
         hu.write_json_atomic(os.path.join(job_dir, "job.json"), job)
         log(f"starting the candidate ({len(sets)} input sets)")
         t_cand = time.monotonic()

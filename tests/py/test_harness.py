@@ -504,6 +504,27 @@ def test_state_dict_key_mismatch(tmp_path):
     assert d["missing"] == ["weight"] and d["unexpected"] == ["w"], run
 
 
+def test_state_dict_keys_under_the_kernelbench_rules(tmp_path):
+    # KernelBench builds Model and ModelNew from the same seed and never copies weights: under
+    # its rules, a ModelNew with its own parameter names that draws them in Model's order is
+    # correct, and one that draws them differently is wrong (a mismatch, not a state_dict error).
+    body = "return cuda_extension.affine(x, self.w, self.b, self.scale)"
+    same = model_new(body).replace(
+        'self.weight = nn.Parameter(torch.zeros(features))\n'
+        '        self.register_buffer("bias", torch.zeros(features))',
+        'self.w = nn.Parameter(torch.randn(features))\n'
+        '        self.register_buffer("b", torch.randn(features))')
+    run = evaluate(tmp_path, new=same, args=["--rules", "kernelbench"])
+    assert run.rc == 0 and run.result["ok"], run.failure
+    assert run.result["rules"] == "kernelbench"
+    run = evaluate(tmp_path, new=same)  # the cuda-agent rules: the keys must match
+    assert_failed(run, "state_dict")
+    other = same.replace("torch.randn(features))\n        self.register_buffer",
+                         "torch.rand(features))\n        self.register_buffer")
+    run = evaluate(tmp_path, new=other, args=["--rules", "kernelbench"])
+    assert_failed(run, "mismatch")
+
+
 def test_state_dict_shape_mismatch(tmp_path):
     new = model_new().replace("torch.zeros(features))\n        self.register",
                               "torch.zeros(features + 1))\n        self.register")
