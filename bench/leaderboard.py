@@ -64,6 +64,7 @@ def stratified(items: list[dict], n: int, seed: int) -> list[dict]:
         group = sorted(by_level[level], key=lambda it: it["file"])
         k = min(len(group), max(1, round(n * len(group) / len(items))))
         picked += rng.sample(group, k)
+    rng.shuffle(picked)  # levels interleaved: a run cut short still covers each
     return picked
 
 

@@ -33,7 +33,7 @@ assert "zeros (cuda-agent): refused after the build, by the object" [ "$(field '
 assert "zeros (cuda-agent): the symbol decides" \
     [ "$(field 'any(v["rule"] == "torch-compute" and "zeros_like" in v["message"] and v["file"].startswith("kernels/kb_") for v in d["policy_so"]["violations"])')" = True ]
 assert "zeros (cuda-agent): the message points at the source line" \
-    [ "$(field '":20: note: torch-compute: `torch::zeros_like`" in d["message"]')" = True ]
+    [ "$(field '":21: note: torch-compute: `torch::zeros_like`" in d["message"]')" = True ]
 assert "zeros (cuda-agent): the default-stream launch is no violation" \
     [ "$(field 'all(v["rule"] != "stream" for v in d["policy"]["violations"] + d["policy_so"]["violations"])')" = True ]
 finish

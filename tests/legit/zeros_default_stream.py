@@ -6,8 +6,9 @@ cuda_src = r"""
 #include <torch/extension.h>
 #include <cuda_runtime.h>
 
-__global__ void swish_scale_bias_kernel(const float* x, const float* bias, float* out, int n,
-                                        int cols, float scale) {
+template <typename scalar_t>
+__global__ void swish_scale_bias_kernel(const scalar_t* x, const scalar_t* bias, scalar_t* out,
+                                        int n, int cols, float scale) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx < n) {
         float v = x[idx];
@@ -20,8 +21,10 @@ torch::Tensor swish_scale_bias_cuda(torch::Tensor x, torch::Tensor bias, float s
     auto out = torch::zeros_like(x);
     const int block_size = 256;
     const int num_blocks = (size + block_size - 1) / block_size;
-    swish_scale_bias_kernel<<<num_blocks, block_size>>>(x.data_ptr<float>(),
-        bias.data_ptr<float>(), out.data_ptr<float>(), size, bias.numel(), scale);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "swish_scale_bias_cuda", ([&] {
+        swish_scale_bias_kernel<scalar_t><<<num_blocks, block_size>>>(x.data_ptr<scalar_t>(),
+            bias.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), size, bias.numel(), scale);
+    }));
     return out;
 }
 """
