@@ -7,8 +7,8 @@
  * may be reached. The last cases check the seccomp filter syscall by
  * syscall, in a forked test process that loads it.
  *
- * Where the host has no user namespaces, each case prints why and passes
- * without testing anything.
+ * Where the host has no user namespaces, each case skips with the reason
+ * (TEST_REQUIRE=userns makes that a failure).
  */
 #include "test.h"
 
@@ -37,13 +37,12 @@
 static char ws[4096], secret[4096], ctl[4096];
 static const char *const ro_paths[] = {"MANIFEST", NULL};
 
-static bool skip_unsupported(void)
+/* Skip the case where this host cannot make a sandbox. */
+static void need_sandbox(void)
 {
     struct ca_err why = {0};
-    if (sandbox_supported(&why))
-        return false;
-    printf("  skip: %s\n", why.msg);
-    return true;
+    if (!sandbox_supported(&why))
+        SKIP("userns", "no sandbox here: %s", why.msg);
 }
 
 static void write_file(const char *path, const char *s)
@@ -114,8 +113,7 @@ static void expect_lines(const struct sandbox_run_result *r, const char *const *
 
 TEST(read_host_secret_by_absolute_path)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     char *s = xstrfmt("cat '%s'; echo cat=$?; ls '%s'; echo ls=$?; cat /tmp/../'%s'; echo up=$?",
@@ -128,8 +126,7 @@ TEST(read_host_secret_by_absolute_path)
 
 TEST(read_host_secret_via_proc_root)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     char *s = xstrfmt("cat /proc/1/root'%s'; echo a=$?; cat /proc/self/root'%s'; echo b=$?; "
@@ -146,8 +143,7 @@ TEST(read_host_secret_via_proc_root)
 
 TEST(read_host_secret_via_dotdot)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -161,8 +157,7 @@ TEST(read_host_secret_via_dotdot)
 
 TEST(read_host_secret_via_planted_symlinks)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -176,8 +171,7 @@ TEST(read_host_secret_via_planted_symlinks)
 
 TEST(read_host_secrets_in_etc_and_homes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -192,8 +186,7 @@ TEST(read_host_secrets_in_etc_and_homes)
 
 TEST(see_other_episodes_tmp)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     /* A file in one sandbox's /tmp is not in the next one's, nor on the host. */
@@ -210,8 +203,7 @@ TEST(see_other_episodes_tmp)
 
 TEST(write_outside_workspace)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -236,8 +228,7 @@ TEST(write_outside_workspace)
 
 TEST(write_read_only_paths)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -264,8 +255,7 @@ TEST(write_read_only_paths)
 
 TEST(reach_network_tcp_loopback)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     REQUIRE(lfd >= 0);
@@ -294,8 +284,7 @@ TEST(reach_network_tcp_loopback)
 
 TEST(reach_network_abstract_unix_socket)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     /* Abstract unix sockets belong to the network namespace. */
     int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -308,9 +297,8 @@ TEST(reach_network_abstract_unix_socket)
     REQUIRE(bind(lfd, (struct sockaddr *)&a, alen) == 0);
     REQUIRE(listen(lfd, 8) == 0);
     if (access("/usr/bin/curl", X_OK) != 0) {
-        printf("  skip: no /usr/bin/curl to connect with\n");
         close(lfd);
-        return;
+        SKIP("curl", "no /usr/bin/curl to connect with");
     }
     struct sandbox_run_result r;
     char *s =
@@ -327,8 +315,7 @@ TEST(reach_network_abstract_unix_socket)
 
 TEST(reach_network_interfaces)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -344,8 +331,7 @@ TEST(reach_network_interfaces)
 
 TEST(see_host_processes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     char *s = xstrfmt("ls /proc | grep -c '^[0-9]'; cat /proc/%d/cmdline; echo a=$?; "
@@ -362,8 +348,7 @@ TEST(see_host_processes)
 
 TEST(signal_host_processes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     pid_t victim = fork();
     REQUIRE(victim >= 0);
@@ -385,8 +370,7 @@ TEST(signal_host_processes)
 
 TEST(host_fds_and_environment_do_not_leak)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     setenv("CA_SECRET_TOKEN", SECRET, 1);
     int fd = open(secret, O_RDONLY); /* deliberately not O_CLOEXEC */
@@ -409,8 +393,7 @@ TEST(host_fds_and_environment_do_not_leak)
 
 TEST(raise_limits)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -424,8 +407,7 @@ TEST(raise_limits)
 
 TEST(ptrace_with_strace_and_gdb)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -450,8 +432,7 @@ TEST(ptrace_with_strace_and_gdb)
 
 TEST(mount_and_namespaces)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -472,8 +453,7 @@ TEST(mount_and_namespaces)
 
 TEST(chroot_dmesg_hostname_clock)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -486,8 +466,7 @@ TEST(chroot_dmesg_hostname_clock)
 
 TEST(device_nodes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -503,8 +482,7 @@ TEST(device_nodes)
 
 TEST(setuid_binaries_gain_nothing)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -524,8 +502,7 @@ TEST(setuid_binaries_gain_nothing)
 
 TEST(personality_changes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -538,8 +515,7 @@ TEST(personality_changes)
 
 TEST(no_sysfs_or_cgroupfs)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -571,8 +547,7 @@ static int check_allowed(const char *name, long rc)
 
 TEST(seccomp_filter_denies_each_listed_syscall)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct ca_err err = {0};
     const struct sock_fprog *prog = sandbox__seccomp_prog(&err);
     REQUIRE(prog != NULL);
