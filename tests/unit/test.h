@@ -48,10 +48,11 @@ const char *test_repo(void);
  * End the running case as skipped, with a reason the runner prints. `need`
  * names what the host lacks, one short word of a fixed vocabulary so that
  * TEST_REQUIRE can name it: "userns" (no sandbox), "nvcc", "cc", "c++",
- * "python3", "pyarrow", "readelf", "curl", "setsid", "openat2", "root"
- * (needs uid 0), "pids-cgroup", "no-cuda-home" (/usr/local/cuda must be
- * absent), "repo-outside-tmp". A case that already failed a CHECK stays
- * failed. Only the case's own process may skip, not a child it forked.
+ * "python3", "pyarrow", "readelf", "curl", "strace", "gdb", "setsid",
+ * "openat2", "root" (needs uid 0), "pids-cgroup", "no-cuda-home"
+ * (/usr/local/cuda must be absent), "repo-outside-tmp". A case that
+ * already failed a CHECK stays failed. Only the case's own process may
+ * skip, not a child it forked.
  */
 #define SKIP(need, ...) test__skip(__FILE__, __LINE__, need, __VA_ARGS__)
 
