@@ -4,7 +4,7 @@
 #   unit/  C unit-test binaries (built by make into $BUILD/tests/unit/); each ends with
 #          "N passed, N failed, N skipped", and its skipped cases are shown with their reasons
 #   it/    black-box scripts: exit 0 pass, 77 skip (reason on stdout), else fail;
-#          a script may print its own "N passed, N failed" line to count cases
+#          a script may print its own "N passed, N failed, N skipped" line to count cases
 #   py/    pytest (skipped with a reason when pytest is missing)
 #   lint/  pyflakes over the project's Python code (skipped when pyflakes is missing)
 #   gpu/   pytest files and scripts that need a CUDA GPU (they skip themselves)
@@ -83,6 +83,7 @@ for t in tests/it/*.sh; do
     (cd "$work" && TMPDIR="$work" timeout 600 bash "$REPO/$t") >"$log" 2>&1
     rc=$?
     case $rc in 0) echo "$name: ok" ;; 77) echo "$name: skipped" ;; *) echo "$name: FAIL ($rc)" ;; esac
+    grep '^skip ' "$log" | sed 's/^/  /'
     count "$name" "$log" $rc
 done
 
