@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # tests/run.sh - runs every test tier and ends with "N passed, N failed, N skipped".
 #
-#   unit/  C unit-test binaries (built by make into $BUILD/tests/unit/)
+#   unit/  C unit-test binaries (built by make into $BUILD/tests/unit/); each ends with
+#          "N passed, N failed, N skipped", and its skipped cases are shown with their reasons
 #   it/    black-box scripts: exit 0 pass, 77 skip (reason on stdout), else fail;
-#          a script may print its own "N passed, N failed" line to count cases
+#          a script may print its own "N passed, N failed, N skipped" line to count cases
 #   py/    pytest (skipped with a reason when pytest is missing)
 #   lint/  pyflakes over the project's Python code (skipped when pyflakes is missing)
 #   gpu/   pytest files and scripts that need a CUDA GPU (they skip themselves)
 #
-# Environment: BUILD (default build), TESTS (a regex on test names to run a subset).
+# Environment: BUILD (default build), TESTS (a regex on test names to run a subset),
+# TEST_REQUIRE (what this host must be able to run, e.g. "userns,cc": a unit case skipped
+# for want of one of them fails; see tests/unit/test.h).
 set -u
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -65,6 +68,7 @@ for t in "$BUILD"/tests/unit/test_*; do
     TMPDIR="$TMP_ROOT" TEST_TIMEOUT=$limit "$t" >"$log" 2>&1
     rc=$?
     echo "$name: $(tail -1 "$log")"
+    grep '^skip ' "$log" | sed 's/^/  /'
     count "$name" "$log" $rc
 done
 
@@ -79,6 +83,7 @@ for t in tests/it/*.sh; do
     (cd "$work" && TMPDIR="$work" timeout 600 bash "$REPO/$t") >"$log" 2>&1
     rc=$?
     case $rc in 0) echo "$name: ok" ;; 77) echo "$name: skipped" ;; *) echo "$name: FAIL ($rc)" ;; esac
+    grep '^skip ' "$log" | sed 's/^/  /'
     count "$name" "$log" $rc
 done
 

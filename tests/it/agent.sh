@@ -94,7 +94,7 @@ s = json.load(open(sys.argv[1]))
 for line in open(sys.argv[2]): jsonschema.validate(json.loads(line), s)' "$CA_REPO/docs/trajectory.schema.json" "$T"
     expect "trajectory matches its schema" 0
 else
-    echo "skip: trajectory schema validation (python3 jsonschema is not installed)"
+    skip jsonschema "trajectory matches its schema" "python3 jsonschema is not installed"
 fi
 
 # The same episode with the final scoring on: without PyTorch and nvcc here the evaluator's
@@ -324,7 +324,7 @@ if command -v script >/dev/null; then
     # (unconfined, the only lines are the loud warnings about it)
     assert "quiet without a terminal" [ -z "$(grep -v -e '--insecure-no-sandbox' "$ERR")" ]
 else
-    echo "skip: live display (script(1) is not installed)"
+    skip script "live display" "script(1) is not installed"
 fi
 
 stop_server

@@ -97,10 +97,10 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
             assert "$name: the cuda source is a cu-torch unit" grep -q '"role": "cu-torch"' "$OUT"
         else
             expect "$name: passes the policy, then needs PyTorch (exit 69)" 69 "" "PyTorch is not importable"
-            echo "skip: $name --compile-only build: PyTorch is not importable by python3 (set CUDA_AGENT_PYTHON)"
+            skip torch "$name: --compile-only builds" "PyTorch is not importable by python3 (set CUDA_AGENT_PYTHON)"
         fi
     done
 else
-    echo "skip: nvcc not found; --compile-only cases not run"
+    skip nvcc "--compile-only cases" "nvcc not found"
 fi
 finish

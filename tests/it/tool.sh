@@ -14,8 +14,7 @@ trap 'cleanup; rm -f "$OUT" "$ERR"' EXIT
 
 if ! "$CA" tool --workspace "$W" --episode probe-$$ Bash '{"command":"true"}' >/dev/null 2>"$ERR"; then
     if grep -q "namespaces" "$ERR"; then
-        echo "SKIP: no sandbox on this host: $(cat "$ERR")"
-        exit 77
+        skip_all userns "no sandbox on this host: $(cat "$ERR")"
     fi
 fi
 "$CA" tool --episode probe-$$ --close >/dev/null 2>&1

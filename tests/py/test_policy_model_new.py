@@ -183,11 +183,32 @@ def test_many_violations_are_capped(tmp_path):
     assert data["truncated"] == 50
 
 
-def test_deep_nesting_is_an_input_error_not_a_crash(tmp_path):
-    expr = "(" * 150 + "x" + ")" * 150
-    body = "class ModelNew(nn.Module):\n    def forward(self, x):\n        return " + expr + "\n"
-    proc = run(write(tmp_path, HEADER + body))
-    assert proc.returncode in (0, 2), proc.stderr.decode()
+def nested(expr):
+    return HEADER + "class ModelNew(nn.Module):\n    def forward(self, x):\n" + \
+        "        return cuda_extension.f(" + expr + ")\n"
+
+
+def test_parentheses_do_not_nest_the_tree(tmp_path):
+    # Redundant parentheses leave no node in the tree: 150 of them are an ordinary, clean file.
+    code, data = verdict(write(tmp_path, nested("(" * 150 + "x" + ")" * 150)))
+    assert code == 0 and data["violations"] == []
+
+
+@pytest.mark.parametrize("expr, message", [
+    # past the tokenizer's 200 levels of brackets
+    ("(" * 250 + "x" + ")" * 250, "invalid Python: too many nested parentheses"),
+    # parses, but the checker's walk runs out of stack
+    ("+".join(["1"] * 10000), "model_new.py is nested too deeply for the policy check"),
+    # too deep for the parser's own tree construction
+    ("+".join(["x"] * 100000), "model_new.py cannot be parsed: "),
+], ids=["brackets", "checker", "parser"])
+def test_deep_nesting_is_an_input_error_not_a_crash(tmp_path, expr, message):
+    proc = run(write(tmp_path, nested(expr)))
+    assert proc.returncode == 2, proc.stderr.decode()
+    assert proc.stderr == b""
+    data = json.loads(proc.stdout)
+    assert [v["rule"] for v in data["violations"]] == ["syntax"], data
+    assert data["violations"][0]["message"].startswith(message), data
 
 
 def test_script_needs_only_the_standard_library():

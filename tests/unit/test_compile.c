@@ -7,7 +7,7 @@
  * the toolchain probe's JSON; stub libraries are made here), so that the
  * precompiled header, bindings and link run without PyTorch.
  *
- * Cases that need nvcc print "SKIP: ..." and pass when it is missing.
+ * Cases that need nvcc skip (the runner's SKIP) when it is missing.
  */
 #include "test.h"
 
@@ -49,26 +49,23 @@ static char *fixture(const char *rel)
     return p;
 }
 
-static bool have_nvcc(void)
+/* Skip the case where there is no nvcc. */
+static void need_nvcc(void)
 {
     char *p = proc_which("nvcc");
     if (!p && access("/usr/local/cuda/bin/nvcc", X_OK) == 0)
         p = xstrdup("/usr/local/cuda/bin/nvcc");
-    if (!p) {
-        printf("SKIP: nvcc not found in PATH or /usr/local/cuda/bin\n");
-        return false;
-    }
+    if (!p)
+        SKIP("nvcc", "nvcc not found in PATH or /usr/local/cuda/bin");
     free(p);
-    return true;
 }
 
-static bool have_sandbox(void)
+/* Skip the case where this host cannot make a sandbox. */
+static void need_sandbox(void)
 {
     struct ca_err why = {0};
-    if (sandbox_supported(&why))
-        return true;
-    printf("SKIP: no sandbox here: %s\n", why.msg);
-    return false;
+    if (!sandbox_supported(&why))
+        SKIP("userns", "no sandbox here: %s", why.msg);
 }
 
 static void write_text(const char *path, const char *text)
@@ -245,8 +242,7 @@ static void tb_show_errors(const struct tbuild *t)
 
 TEST(cu_objects_built_then_cached)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     char *snap = snapshot("snap");
     put_file(snap, "softmax_last_dim.cu", SOFTMAX);
     char *cache = xstrfmt("%s/cache", test_tmpdir());
@@ -288,8 +284,7 @@ TEST(cu_objects_built_then_cached)
 
 TEST(changed_cu_rebuilds_only_that_unit)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     char *snap = snapshot("snap");
     put_file(snap, "softmax_last_dim.cu", SOFTMAX);
     put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
@@ -319,8 +314,7 @@ TEST(changed_cu_rebuilds_only_that_unit)
 
 TEST(unit_including_another_unit_follows_it)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     char *snap = snapshot("snap");
     put_text(snap, "a.cu",
              "#include \"b.cu\"\nextern \"C\" int a_fn(void) { return b_value(); }\n");
@@ -345,8 +339,7 @@ TEST(unit_including_another_unit_follows_it)
 
 TEST(syntax_error_trimmed_with_workspace_names)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild t;
     tb_begin(&t);
     put_file(t.snap, "bad.cu", "tests/eval/compile/src/bad.cu");
@@ -374,8 +367,7 @@ TEST(syntax_error_trimmed_with_workspace_names)
 
 TEST(include_outside_snapshot_unsandboxed)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     char *outside = xstrfmt("%s/outside.h", test_tmpdir());
     write_text(outside, "#define OUTSIDE_VALUE 7\n");
     char *snap = snapshot("snap");
@@ -404,8 +396,8 @@ TEST(include_outside_snapshot_unsandboxed)
 
 TEST(include_outside_snapshot_sandboxed)
 {
-    if (!have_nvcc() || !have_sandbox())
-        return;
+    need_nvcc();
+    need_sandbox();
     char *outside = xstrfmt("%s/outside.h", test_tmpdir());
     write_text(outside, "#define OUTSIDE_VALUE 7\n");
     char *snap = snapshot("snap");
@@ -441,8 +433,7 @@ TEST(include_outside_snapshot_sandboxed)
 
 TEST(timeout_kills_the_compiler)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     char *snap = snapshot("snap");
     put_file(snap, "softmax_last_dim.cu", SOFTMAX);
     char *cache = xstrfmt("%s/cache", test_tmpdir());
@@ -472,8 +463,8 @@ TEST(timeout_kills_the_compiler)
 
 TEST(timeout_in_sandbox)
 {
-    if (!have_nvcc() || !have_sandbox())
-        return;
+    need_nvcc();
+    need_sandbox();
     char *snap = snapshot("snap");
     put_file(snap, "softmax_last_dim.cu", SOFTMAX);
     char *cache = xstrfmt("%s/cache", test_tmpdir());
@@ -496,8 +487,7 @@ TEST(timeout_in_sandbox)
 
 TEST(no_torch_is_unavailable_after_the_cu_files)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     char *snap = snapshot("snap");
     put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
     put_file(snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
@@ -571,8 +561,7 @@ static void kb_begin(struct tbuild *k, const char *cu)
 
 TEST(inline_cuda_units_build_with_torch_headers)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild k;
     kb_begin(&k, kb_cu);
     REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
@@ -612,8 +601,7 @@ TEST(inline_cuda_units_build_with_torch_headers)
 
 TEST(inline_cuda_light_header_falls_back_to_the_real_one)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     /* A name only the full torch/extension.h declares (here pybind11's): retried with it. */
     struct tbuild k;
     kb_begin(&k, "#include <torch/extension.h>\n"
@@ -628,8 +616,7 @@ TEST(inline_cuda_light_header_falls_back_to_the_real_one)
 
 TEST(inline_cuda_prelude_gets_the_light_types_header)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     /* load_inline's prelude for cuda sources is torch/types.h: the light one serves it, with
      * torch:: names for at::'s dtypes. */
     struct tbuild k;
@@ -648,8 +635,7 @@ TEST(inline_cuda_prelude_gets_the_light_types_header)
 
 TEST(inline_cuda_errors_and_no_torch)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     /* A compiler error is nvcc's, under the unit's name; not one the light headers could have
      * caused (no torch name near it), so not retried with the real ones. */
     struct tbuild k;
@@ -670,8 +656,7 @@ TEST(inline_cuda_errors_and_no_torch)
 
 TEST(bindings_pch_link_and_module_cache)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild t;
     tb_begin(&t);
     put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
@@ -743,8 +728,7 @@ TEST(bindings_pch_link_and_module_cache)
 
 TEST(warm_builds_the_pch_ahead)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild t;
     tb_begin(&t);
     REQUIRE(compile_warm(&t.o, &t.err) == 0);
@@ -766,8 +750,7 @@ TEST(warm_builds_the_pch_ahead)
 
 TEST(bindings_without_pch)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild t;
     tb_begin(&t);
     put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
@@ -789,8 +772,7 @@ TEST(bindings_without_pch)
 
 TEST(pch_damaged_or_refused)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild t;
     tb_begin(&t);
     put_file(t.snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
@@ -849,8 +831,7 @@ static void put_nn_binding(const char *snap, const char *extra)
 
 TEST(binding_needing_the_full_header_is_retried_with_it)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     /* Bindings get the light torch/extension.h (and the precompiled header built with it); one
      * that names what only the real header declares is compiled again with the real header and
      * without the precompiled one, and builds. */
@@ -880,8 +861,7 @@ TEST(binding_needing_the_full_header_is_retried_with_it)
 
 TEST(binding_error_trimmed)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild t;
     tb_begin(&t);
     put_file(t.snap, "bad_binding.cpp", "tests/eval/compile/src/bad_binding.cpp");
@@ -899,8 +879,7 @@ TEST(binding_error_trimmed)
 
 TEST(link_error_names_units)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild t;
     tb_begin(&t);
     put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
@@ -922,13 +901,10 @@ TEST(link_error_names_units)
 
 TEST(cublas_linked_only_when_used)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     char *readelf = proc_which("readelf");
-    if (!readelf) {
-        printf("SKIP: readelf not found\n");
-        return;
-    }
+    if (!readelf)
+        SKIP("readelf", "readelf not found in PATH");
     struct tbuild t;
     tb_begin(&t);
     put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
@@ -953,13 +929,12 @@ TEST(cublas_linked_only_when_used)
 
 TEST(sandboxed_full_build)
 {
-    if (!have_nvcc() || !have_sandbox())
-        return;
+    need_nvcc();
+    need_sandbox();
     char *fx = fixture("");
     if (strncmp(fx, "/tmp/", 5) == 0) {
-        printf("SKIP: the repository is under /tmp, which the sandbox cannot bind\n");
         free(fx);
-        return;
+        SKIP("repo-outside-tmp", "the repository is under /tmp, which the sandbox cannot bind");
     }
     free(fx);
     /* Library directories are bound into the sandbox, which refuses /tmp: use /var/tmp. */
@@ -994,8 +969,7 @@ TEST(sandboxed_full_build)
 
 TEST(concurrent_builds_share_one_cache)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild t;
     tb_begin(&t);
     put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
@@ -1045,8 +1019,7 @@ TEST(concurrent_builds_share_one_cache)
 
 TEST(empty_and_missing_snapshots)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild t;
     tb_begin(&t);
     /* No kernels/ at all: the template's binding.cpp alone (a module with no functions). */
@@ -1074,10 +1047,8 @@ TEST(missing_nvcc_is_unavailable)
 {
     /* A PATH without nvcc and no CUDA_HOME: the toolchain says so. Only where
      * /usr/local/cuda/bin/nvcc, the last fallback, does not exist. */
-    if (access("/usr/local/cuda/bin/nvcc", X_OK) == 0) {
-        printf("SKIP: /usr/local/cuda/bin/nvcc exists\n");
-        return;
-    }
+    if (access("/usr/local/cuda/bin/nvcc", X_OK) == 0)
+        SKIP("no-cuda-home", "/usr/local/cuda/bin/nvcc exists");
     setenv("PATH", "/usr/bin:/bin", 1);
     unsetenv("CUDA_HOME");
     char *snap = snapshot("snap");
@@ -1158,8 +1129,7 @@ TEST(keys_change_with_every_input)
 
 TEST(arch_changes_the_object_key)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     char *snap = snapshot("snap");
     put_file(snap, "add.cu", "tests/eval/compile/src/add.cu");
     char *cache = xstrfmt("%s/cache", test_tmpdir());

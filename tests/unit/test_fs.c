@@ -305,10 +305,8 @@ TEST(remove_tree_readonly_and_symlinks)
 TEST(remove_tree_as_unprivileged_user)
 {
     /* Root ignores permission bits; drop to nobody so the chmod path runs. */
-    if (geteuid() != 0) {
-        printf("  (already unprivileged: the main test covers it)\n");
-        return;
-    }
+    if (geteuid() != 0)
+        SKIP("root", "already unprivileged: remove_tree covers it");
     REQUIRE(chmod(test_tmpdir(), 0711) == 0);
     REQUIRE(mkdir(tpath("mine"), 0755) == 0);
     REQUIRE(chown(tpath("mine"), 65534, 65534) == 0);
@@ -658,10 +656,8 @@ static void root_suite(bool with_openat2)
 
 TEST(root_confinement_openat2)
 {
-    if (!fs_have_openat2()) {
-        printf("  (skipped: the kernel has no openat2)\n");
-        return;
-    }
+    if (!fs_have_openat2())
+        SKIP("openat2", "the kernel has no openat2");
     root_suite(true);
 }
 

@@ -303,10 +303,11 @@ TEST(reference_solutions_pass)
             char *path = xstrfmt("%s/%s", kdir, files[j]);
             char *name = xstrfmt("kernels/%s", files[j]);
             size_t len;
-            char *code = slurp(path, &len);
-            if (code)
+            char *code = slurp(path, &len); /* a file it cannot read fails the case */
+            if (code) {
                 check_source_clean(name, code, len);
-            checked++;
+                checked++;
+            }
             free(code);
             free(name);
             free(path);
@@ -634,21 +635,18 @@ TEST(random_bytes_never_crash_and_report_known_rules)
 
 /* ---- model_new.py ---- */
 
-static bool have_python(void)
+/* Skip the case where there is no python3. */
+static void need_python(void)
 {
     char *p = proc_which("python3");
-    if (!p) {
-        printf("SKIP: python3 not found in PATH\n");
-        return false;
-    }
+    if (!p)
+        SKIP("python3", "python3 not found in PATH");
     free(p);
-    return true;
 }
 
 TEST(model_new_examples_and_ok_fixtures_pass)
 {
-    if (!have_python())
-        return;
+    need_python();
     char *root = path_in_repo("examples/solutions");
     size_t n;
     char **dirs = list_dir(root, &n);
@@ -687,8 +685,7 @@ TEST(model_new_examples_and_ok_fixtures_pass)
 
 TEST(model_new_violations_come_back_as_a_report)
 {
-    if (!have_python())
-        return;
+    need_python();
     static const char *const cases[] = {"state", "torch_ops", "syntax", "streams"};
     for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
         char *rel = xstrfmt(FIXTURES "/model_new/bad/%s.py", cases[i]);
@@ -718,8 +715,7 @@ TEST(model_new_violations_come_back_as_a_report)
 
 TEST(model_new_errors)
 {
-    if (!have_python())
-        return;
+    need_python();
     struct policy_report rep;
     policy_report_init(&rep);
     struct ca_err err = {0};
@@ -750,16 +746,14 @@ TEST(model_new_errors)
 
 /* ---- built objects ---- */
 
-/* Compile src (written to tmpdir/name.ext) with argv-style flags; false when the compiler is
- * missing (the caller skips). */
-static bool build(const char *compiler, const char *ext, const char *name, const char *src,
+/* Compile src (written to tmpdir/name.ext) with argv-style flags; skips the case when the
+ * compiler is missing. */
+static void build(const char *compiler, const char *ext, const char *name, const char *src,
                   bool shared, char **out_path)
 {
     char *cc = proc_which(compiler);
-    if (!cc) {
-        printf("SKIP: %s not found in PATH\n", compiler);
-        return false;
-    }
+    if (!cc)
+        SKIP(compiler, "%s not found in PATH", compiler);
     char *src_path = xstrfmt("%s/%s.%s", test_tmpdir(), name, ext);
     char *obj = xstrfmt("%s/%s.%s", test_tmpdir(), name, shared ? "so" : "o");
     struct ca_err err = {0};
@@ -777,7 +771,6 @@ static bool build(const char *compiler, const char *ext, const char *name, const
     free(src_path);
     free(cc);
     *out_path = obj;
-    return true;
 }
 
 static bool report_has(const struct policy_report *rep, const char *rule, const char *needle)
@@ -838,8 +831,7 @@ static const char bad_c[] =
 TEST(objects_clean_shared_object_passes)
 {
     char *so;
-    if (!build("cc", "c", "clean", clean_c, true, &so))
-        return;
+    build("cc", "c", "clean", clean_c, true, &so);
     struct policy_report rep;
     policy_report_init(&rep);
     struct ca_err err = {0};
@@ -853,8 +845,7 @@ TEST(objects_clean_shared_object_passes)
 TEST(objects_bad_imports_are_named)
 {
     char *so;
-    if (!build("cc", "c", "bad", bad_c, true, &so))
-        return;
+    build("cc", "c", "bad", bad_c, true, &so);
     struct policy_report rep;
     policy_report_init(&rep);
     struct ca_err err = {0};
@@ -886,9 +877,8 @@ TEST(objects_bad_imports_are_named)
 TEST(objects_relocatable_are_stricter_about_python)
 {
     char *so, *obj;
-    if (!build("cc", "c", "imp", clean_c, true, &so) ||
-        !build("cc", "c", "imp_rel", clean_c, false, &obj))
-        return;
+    build("cc", "c", "imp", clean_c, true, &so);
+    build("cc", "c", "imp_rel", clean_c, false, &obj);
     struct policy_report rep;
     policy_report_init(&rep);
     struct ca_err err = {0};
@@ -927,8 +917,7 @@ TEST(objects_cxx_names_are_matched_mangled)
         "           torch::nn::relu(1);\n"
         "}\n";
     char *so;
-    if (!build("c++", "cpp", "cxx", src, true, &so))
-        return;
+    build("c++", "cpp", "cxx", src, true, &so);
     struct policy_report rep;
     policy_report_init(&rep);
     struct ca_err err = {0};

@@ -366,10 +366,8 @@ TEST(grandchild_outside_group_is_abandoned)
 {
     /* setsid leaves the group: we cannot kill it, but must not wait for it. */
     char *setsid_path = proc_which("setsid");
-    if (!setsid_path) {
-        printf("  (skipped: no setsid)\n");
-        return;
-    }
+    if (!setsid_path)
+        SKIP("setsid", "no setsid in PATH");
     free(setsid_path);
     REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
     /* Wait until the grandchild runs sleep, so it has left the group. */

@@ -5,7 +5,7 @@
  * The escape attempts live in test_sandbox_escape.c.
  *
  * Every case needs user namespaces; where the host has none, each case
- * prints why and passes without testing anything.
+ * skips with the reason (TEST_REQUIRE=userns makes that a failure).
  */
 #include "test.h"
 
@@ -29,13 +29,12 @@
 static char ws[4096];
 static const char *const ro_paths[] = {"MANIFEST", "tools", NULL};
 
-static bool skip_unsupported(void)
+/* Skip the case where this host cannot make a sandbox. */
+static void need_sandbox(void)
 {
     struct ca_err why = {0};
-    if (sandbox_supported(&why))
-        return false;
-    printf("  skip: %s\n", why.msg);
-    return true;
+    if (!sandbox_supported(&why))
+        SKIP("userns", "no sandbox here: %s", why.msg);
 }
 
 static void write_file(const char *path, const char *s)
@@ -144,8 +143,7 @@ TEST(supported)
 
 TEST(run_echo_exit_code_and_stdout)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     CHECK_EQ(sh(&o, "echo hello; echo oops >&2; exit 3", &r), 0);
@@ -159,8 +157,7 @@ TEST(run_echo_exit_code_and_stdout)
 
 TEST(output_is_capped)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     sandbox_run_result_init(&r);
@@ -176,8 +173,7 @@ TEST(output_is_capped)
 
 TEST(workspace_is_writable)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     CHECK_EQ(sh(&o, "cd /workspace && echo kernel > kernels/a.cu && mkdir -p new/dir && pwd", &r),
@@ -195,8 +191,7 @@ TEST(workspace_is_writable)
 
 TEST(read_only_paths_refuse_writes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     CHECK_EQ(sh(&o,
@@ -218,8 +213,7 @@ TEST(read_only_paths_refuse_writes)
 
 TEST(read_only_path_that_is_a_symlink_is_refused)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     char p[4200];
     snprintf(p, sizeof(p), "%s/MANIFEST", ws);
@@ -235,8 +229,7 @@ TEST(read_only_path_that_is_a_symlink_is_refused)
 
 TEST(bad_options_are_refused)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox *sb = NULL;
     struct ca_err err = {0};
@@ -272,8 +265,7 @@ TEST(bad_options_are_refused)
 
 TEST(root_and_system_dirs_are_read_only)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     CHECK_EQ(sh(&o,
@@ -287,8 +279,7 @@ TEST(root_and_system_dirs_are_read_only)
 
 TEST(pid_namespace)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     /* bash, and cat or ls: only a handful of pids, all small; init is 1. */
@@ -316,8 +307,7 @@ TEST(pid_namespace)
 
 TEST(hostname)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     CHECK_EQ(sh(&o, "cat /proc/sys/kernel/hostname", &r), 0);
@@ -331,8 +321,7 @@ TEST(hostname)
 
 TEST(no_network)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     CHECK_EQ(sh(&o,
@@ -349,8 +338,7 @@ TEST(no_network)
 
 TEST(tmp_size_cap)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     o.limits.tmp_bytes = 1 << 20;
     struct sandbox_run_result r;
@@ -367,8 +355,7 @@ TEST(tmp_size_cap)
 
 TEST(file_size_limit)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     o.limits.fsize = 1 << 20;
     struct sandbox_run_result r;
@@ -384,8 +371,7 @@ TEST(file_size_limit)
 
 TEST(rlimits_are_set_and_cannot_be_raised)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     o.limits.nofile = 64;
     o.limits.cpu_seconds = 30;
@@ -401,8 +387,7 @@ TEST(rlimits_are_set_and_cannot_be_raised)
 
 TEST(cpu_time_limit_kills)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     o.limits.cpu_seconds = 1;
     struct sandbox_run_result r;
@@ -415,17 +400,15 @@ TEST(cpu_time_limit_kills)
 
 TEST(fork_bomb_is_contained)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     o.limits.nproc = 64;
     struct sandbox *sb = start(&o);
     printf("  cgroup: %s\n", sandbox__cgroup_desc(sb));
     if (geteuid() == 0 && strncmp(sandbox__cgroup_desc(sb), "none", 4) == 0) {
         /* RLIMIT_NPROC does not bind root: a real bomb would take the host down. */
-        printf("  skip: running as root without a writable pids cgroup\n");
         sandbox_free(sb);
-        return;
+        SKIP("pids-cgroup", "running as root without a writable pids cgroup");
     }
     struct ca_err err = {0};
     int pid;
@@ -466,8 +449,7 @@ TEST(fork_bomb_is_contained)
 
 TEST(timeout_kills_the_whole_tree)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     sandbox_run_result_init(&r);
@@ -487,8 +469,7 @@ TEST(timeout_kills_the_whole_tree)
 
 TEST(exec_errors)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox *sb = start(&o);
     struct ca_err err = {0};
@@ -559,8 +540,7 @@ static int start_sh(struct sandbox *sb, const char *script, int *rd)
 
 TEST(kill_tree_spares_the_root_when_asked)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox *sb = start(&o);
     char buf[256];
@@ -589,8 +569,7 @@ TEST(kill_tree_spares_the_root_when_asked)
 
 TEST(kill_tree_with_root)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox *sb = start(&o);
     char buf[256];
@@ -617,8 +596,7 @@ TEST(kill_tree_with_root)
 
 TEST(exit_events)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox *sb = start(&o);
     struct ca_err err = {0};
@@ -670,8 +648,7 @@ TEST(exit_events)
 
 TEST(background_grandchildren_die_with_free)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox *sb = start(&o);
     pid_t init = sandbox_init_pid(sb);
@@ -696,8 +673,7 @@ TEST(background_grandchildren_die_with_free)
 
 TEST(stdin_and_fds_are_passed)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox *sb = start(&o);
     int in[2], out[2];
@@ -722,8 +698,7 @@ TEST(stdin_and_fds_are_passed)
 
 TEST(environment)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     setenv("CA_TEST_SECRET", "hunter2", 1);
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
@@ -755,8 +730,7 @@ TEST(environment)
 
 TEST(privileges_are_dropped)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     CHECK_EQ(sh(&o,
@@ -772,8 +746,7 @@ TEST(privileges_are_dropped)
 
 TEST(control_dir_is_read_only)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     char ctl[4200], p[4300];
     snprintf(ctl, sizeof(ctl), "%s/control", test_tmpdir());
@@ -790,8 +763,7 @@ TEST(control_dir_is_read_only)
 
 TEST(many_programs_in_one_sandbox)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox *sb = start(&o);
     struct ca_err err = {0};
@@ -808,8 +780,7 @@ TEST(many_programs_in_one_sandbox)
 
 TEST(init_death_is_reported)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox *sb = start(&o);
     REQUIRE(kill(sandbox_init_pid(sb), SIGKILL) == 0);
@@ -860,12 +831,9 @@ TEST(insecure_mode)
 
 TEST(unprivileged_user)
 {
-    if (skip_unsupported())
-        return;
-    if (geteuid() != 0) {
-        printf("  skip: not root, cannot switch to nobody (this run is unprivileged already)\n");
-        return;
-    }
+    need_sandbox();
+    if (geteuid() != 0)
+        SKIP("root", "not root, cannot switch to nobody (this run is unprivileged already)");
     struct sandbox_opts o = make_ws();
     REQUIRE(chmod(test_tmpdir(), 0711) == 0);
     REQUIRE(chown(ws, 65534, 65534) == 0);
@@ -883,7 +851,7 @@ TEST(unprivileged_user)
         struct sandbox *sb = NULL;
         int rc = sandbox_start(&o, &sb, &err);
         if (rc == CA_EUNAVAIL) {
-            printf("  skip: %s\n", err.msg);
+            printf("  sandbox_start as nobody: %s\n", err.msg);
             fflush(stdout);
             _exit(77);
         }
@@ -919,7 +887,7 @@ TEST(unprivileged_user)
     REQUIRE(waitpid(child, &status, 0) == child);
     CHECK(WIFEXITED(status));
     if (WEXITSTATUS(status) == 77)
-        return;
+        SKIP("userns", "no sandbox for nobody here (the reason above)");
     CHECK_EQ(WEXITSTATUS(status), 0);
     snprintf(p, sizeof(p), "%s/kernels/n.cu", ws);
     struct stat st;
@@ -928,8 +896,7 @@ TEST(unprivileged_user)
 
 TEST(legacy_mount_path)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     sandbox__force_legacy_mounts(true);
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
@@ -946,8 +913,7 @@ TEST(legacy_mount_path)
 
 TEST(start_time)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     enum { N = 30 };
     int64_t t[N];
@@ -976,8 +942,7 @@ TEST(start_time)
 
 TEST(kill_tree_signal_zero_only_probes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     struct sandbox *sb = start(&o);
     char buf[256];
@@ -1001,12 +966,9 @@ TEST(kill_tree_signal_zero_only_probes)
 
 TEST(build_and_run_a_threaded_program)
 {
-    if (skip_unsupported())
-        return;
-    if (access("/usr/bin/cc", X_OK) != 0) {
-        printf("  skip: no /usr/bin/cc\n");
-        return;
-    }
+    need_sandbox();
+    if (access("/usr/bin/cc", X_OK) != 0)
+        SKIP("cc", "no /usr/bin/cc");
     struct sandbox_opts o = make_ws();
     struct sandbox_run_result r;
     /* glibc's pthread_create tries clone3 first: the filter's ENOSYS must

@@ -7,8 +7,8 @@
  * may be reached. The last cases check the seccomp filter syscall by
  * syscall, in a forked test process that loads it.
  *
- * Where the host has no user namespaces, each case prints why and passes
- * without testing anything.
+ * Where the host has no user namespaces, each case skips with the reason
+ * (TEST_REQUIRE=userns makes that a failure).
  */
 #include "test.h"
 
@@ -28,6 +28,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/proc.h"
+#include "core/util.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/sandbox_internal.h"
 
@@ -37,13 +39,12 @@
 static char ws[4096], secret[4096], ctl[4096];
 static const char *const ro_paths[] = {"MANIFEST", NULL};
 
-static bool skip_unsupported(void)
+/* Skip the case where this host cannot make a sandbox. */
+static void need_sandbox(void)
 {
     struct ca_err why = {0};
-    if (sandbox_supported(&why))
-        return false;
-    printf("  skip: %s\n", why.msg);
-    return true;
+    if (!sandbox_supported(&why))
+        SKIP("userns", "no sandbox here: %s", why.msg);
 }
 
 static void write_file(const char *path, const char *s)
@@ -81,7 +82,11 @@ static struct sandbox_opts setup(void)
     return (struct sandbox_opts){.workspace = ws, .ro_paths = ro_paths, .control_dir = ctl};
 }
 
-/* Run bash -c script inside; stdout and stderr together in r->out. */
+/*
+ * Run bash -c script inside; stdout and stderr together in r->out. A probe
+ * whose program is missing exits 127 and tests nothing, while its status
+ * would still not be 0: every program an attack names must be there.
+ */
 static void attack(const struct sandbox_opts *o, const char *script, struct sandbox_run_result *r)
 {
     struct ca_err err = {0};
@@ -93,18 +98,84 @@ static void attack(const struct sandbox_opts *o, const char *script, struct sand
         fprintf(stderr, "  sandbox_run: %s\n", err.msg);
     REQUIRE(rc == 0);
     REQUIRE(!r->timed_out);
+    if (strstr(r->out.data, "command not found"))
+        test__fail(__FILE__, __LINE__, "a probe's program is missing, so it tested nothing:\n%s",
+                   r->out.data);
 }
 
-/* The secret never shows, and each "name=rc" line in want is there. */
+/* The first line of out, from the line that starts at from on, that is exactly line. */
+static const char *find_line(const char *from, const char *line)
+{
+    size_t n = strlen(line);
+    for (const char *p = from; p && *p;) {
+        if (strncmp(p, line, n) == 0 && (p[n] == '\n' || p[n] == '\0'))
+            return p;
+        p = strchr(p, '\n');
+        if (p)
+            p++;
+    }
+    return NULL;
+}
+
+/* "name=status", a probe's exit status as the scripts echo it. */
+static bool is_status(const char *s)
+{
+    size_t name = strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_");
+    if (name == 0 || s[name] != '=')
+        return false;
+    s += name + 1;
+    return *s && strspn(s, "0123456789") == strlen(s);
+}
+
+/*
+ * The secret never shows, and each entry of want is there: a status
+ * ("name=rc") as a whole line, so that "a=1" is not satisfied by "a=127";
+ * anything else as a substring.
+ */
 static void expect_lines(const struct sandbox_run_result *r, const char *const *want)
 {
     bool bad = strstr(r->out.data, SECRET) != NULL;
     CHECK(!bad);
     for (size_t i = 0; want[i]; i++) {
-        if (!strstr(r->out.data, want[i])) {
+        bool found = is_status(want[i]) ? find_line(r->out.data, want[i]) != NULL
+                                        : strstr(r->out.data, want[i]) != NULL;
+        if (!found) {
             test__fail(__FILE__, __LINE__, "missing \"%s\"", want[i]);
             bad = true;
         }
+    }
+    if (bad)
+        fprintf(stderr, "  output was:\n%s\n", r->out.data);
+}
+
+/* A probe of a script that echoes "name=$?" after each, in order: its status line and what it
+ * must have printed before it, since the last probe's line. */
+struct probe {
+    const char *status;
+    const char *said;
+};
+
+/* Each probe ended with its status and said why it was refused: a probe that never ran, or
+ * failed for another reason than the one the case is about, does not pass for a refusal. */
+static void expect_probes(const struct sandbox_run_result *r, const struct probe *want, size_t n)
+{
+    const char *from = r->out.data;
+    bool bad = false;
+    for (size_t i = 0; i < n; i++) {
+        const char *line = find_line(from, want[i].status);
+        if (!line) {
+            test__fail(__FILE__, __LINE__, "no line \"%s\" after the previous probe's",
+                       want[i].status);
+            bad = true;
+            continue;
+        }
+        if (!memmem(from, (size_t)(line - from), want[i].said, strlen(want[i].said))) {
+            test__fail(__FILE__, __LINE__, "the probe ending with \"%s\" did not say \"%s\"",
+                       want[i].status, want[i].said);
+            bad = true;
+        }
+        from = line + strlen(want[i].status);
+        from += *from == '\n';
     }
     if (bad)
         fprintf(stderr, "  output was:\n%s\n", r->out.data);
@@ -114,8 +185,7 @@ static void expect_lines(const struct sandbox_run_result *r, const char *const *
 
 TEST(read_host_secret_by_absolute_path)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     char *s = xstrfmt("cat '%s'; echo cat=$?; ls '%s'; echo ls=$?; cat /tmp/../'%s'; echo up=$?",
@@ -128,8 +198,7 @@ TEST(read_host_secret_by_absolute_path)
 
 TEST(read_host_secret_via_proc_root)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     char *s = xstrfmt("cat /proc/1/root'%s'; echo a=$?; cat /proc/self/root'%s'; echo b=$?; "
@@ -146,8 +215,7 @@ TEST(read_host_secret_via_proc_root)
 
 TEST(read_host_secret_via_dotdot)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -161,8 +229,7 @@ TEST(read_host_secret_via_dotdot)
 
 TEST(read_host_secret_via_planted_symlinks)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -176,8 +243,7 @@ TEST(read_host_secret_via_planted_symlinks)
 
 TEST(read_host_secrets_in_etc_and_homes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -192,8 +258,7 @@ TEST(read_host_secrets_in_etc_and_homes)
 
 TEST(see_other_episodes_tmp)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     /* A file in one sandbox's /tmp is not in the next one's, nor on the host. */
@@ -210,8 +275,7 @@ TEST(see_other_episodes_tmp)
 
 TEST(write_outside_workspace)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -236,8 +300,7 @@ TEST(write_outside_workspace)
 
 TEST(write_read_only_paths)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -264,8 +327,7 @@ TEST(write_read_only_paths)
 
 TEST(reach_network_tcp_loopback)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     REQUIRE(lfd >= 0);
@@ -276,15 +338,21 @@ TEST(reach_network_tcp_loopback)
     REQUIRE(getsockname(lfd, (struct sockaddr *)&a, &alen) == 0);
     int port = ntohs(a.sin_port);
     struct sandbox_run_result r;
+    /* curl is no dependency: without it, bash's /dev/tcp and /dev/udp make the attempts. */
+    bool curl = access("/usr/bin/curl", X_OK) == 0;
     char *s = xstrfmt("echo hi > /dev/tcp/127.0.0.1/%d; echo a=$?; "
                       "echo hi > /dev/tcp/localhost/%d; echo b=$?; "
-                      "curl -s -m 2 http://127.0.0.1:%d/ >/dev/null; echo c=$?; "
+                      "%s curl -s -m 2 http://127.0.0.1:%d/ >/dev/null; echo c=$?; "
                       "echo > /dev/udp/127.0.0.1/%d; echo d=$?",
-                      port, port, port, port);
+                      port, port, curl ? "" : ":", port, port);
     attack(&o, s, &r);
     free(s);
     expect_lines(&r, ARGV("a=1", "b=1", "d=1", "Operation not permitted"));
     CHECK(!strstr(r.out.data, "c=0"));
+    if (curl) /* 7: could not connect; 28: timed out */
+        CHECK(find_line(r.out.data, "c=7") || find_line(r.out.data, "c=28"));
+    else
+        printf("  no /usr/bin/curl: bash made the attempts\n");
     /* Nothing ever connected. */
     int c = accept(lfd, NULL, NULL);
     CHECK(c < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
@@ -294,8 +362,7 @@ TEST(reach_network_tcp_loopback)
 
 TEST(reach_network_abstract_unix_socket)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     /* Abstract unix sockets belong to the network namespace. */
     int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -308,9 +375,8 @@ TEST(reach_network_abstract_unix_socket)
     REQUIRE(bind(lfd, (struct sockaddr *)&a, alen) == 0);
     REQUIRE(listen(lfd, 8) == 0);
     if (access("/usr/bin/curl", X_OK) != 0) {
-        printf("  skip: no /usr/bin/curl to connect with\n");
         close(lfd);
-        return;
+        SKIP("curl", "no /usr/bin/curl to connect with");
     }
     struct sandbox_run_result r;
     char *s =
@@ -318,7 +384,7 @@ TEST(reach_network_abstract_unix_socket)
     attack(&o, s, &r);
     free(s);
     CHECK(!strstr(r.out.data, "a=0"));
-    CHECK(strstr(r.out.data, "a=7") || strstr(r.out.data, "a=28"));
+    CHECK(find_line(r.out.data, "a=7") || find_line(r.out.data, "a=28"));
     int c = accept(lfd, NULL, NULL);
     CHECK(c < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
     close(lfd);
@@ -327,8 +393,7 @@ TEST(reach_network_abstract_unix_socket)
 
 TEST(reach_network_interfaces)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -344,8 +409,7 @@ TEST(reach_network_interfaces)
 
 TEST(see_host_processes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     char *s = xstrfmt("ls /proc | grep -c '^[0-9]'; cat /proc/%d/cmdline; echo a=$?; "
@@ -362,8 +426,7 @@ TEST(see_host_processes)
 
 TEST(signal_host_processes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     pid_t victim = fork();
     REQUIRE(victim >= 0);
@@ -376,7 +439,9 @@ TEST(signal_host_processes)
         xstrfmt("kill -9 %d; echo a=$?; kill -9 -1; echo b=$?; kill -9 1; echo c=$?", (int)victim);
     attack(&o, s, &r);
     free(s);
-    expect_lines(&r, ARGV("a=1"));
+    /* -1 reaches nobody but the sandbox's init, which ignores SIGKILL from inside: the script
+     * lives on to print c=0. */
+    expect_lines(&r, ARGV("a=1", "b=1", "c=0"));
     CHECK_EQ(kill(victim, 0), 0); /* alive */
     kill(victim, SIGKILL);
     waitpid(victim, NULL, 0);
@@ -385,8 +450,7 @@ TEST(signal_host_processes)
 
 TEST(host_fds_and_environment_do_not_leak)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     setenv("CA_SECRET_TOKEN", SECRET, 1);
     int fd = open(secret, O_RDONLY); /* deliberately not O_CLOEXEC */
@@ -409,8 +473,7 @@ TEST(host_fds_and_environment_do_not_leak)
 
 TEST(raise_limits)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -424,8 +487,15 @@ TEST(raise_limits)
 
 TEST(ptrace_with_strace_and_gdb)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
+    /* A host without strace and gdb proves nothing here; the seccomp case below still does. */
+    static const char *const tools[] = {"strace", "gdb"};
+    for (size_t i = 0; i < ARRAY_SIZE(tools); i++) {
+        char *path = proc_which(tools[i]);
+        if (!path)
+            SKIP(tools[i], "no %s in PATH to attach with", tools[i]);
+        free(path);
+    }
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -434,24 +504,20 @@ TEST(ptrace_with_strace_and_gdb)
            "gdb -batch -nx -ex run --args /bin/true; echo c=$?; kill %1; "
            "grep Seccomp: /proc/self/status",
            &r);
-    /* strace and gdb are part of this repository's build image; a host
-     * without them proves nothing here, the seccomp case below still does. */
-    if (!strstr(r.out.data, "command not found")) {
-        CHECK(!strstr(r.out.data, "a=0"));
-        CHECK(!strstr(r.out.data, "b=0"));
-        CHECK(!strstr(r.out.data, "b=124")); /* attached and waited */
-        CHECK(!strstr(r.out.data, "c=0"));
-        CHECK(!strstr(r.out.data, "rip "));
-        CHECK_CONTAINS(r.out.data, "ptrace: Operation not permitted");
-    }
+    CHECK(!strstr(r.out.data, "a=0"));
+    CHECK(!strstr(r.out.data, "b=0"));
+    CHECK(!strstr(r.out.data, "b=124")); /* attached and waited */
+    CHECK(!strstr(r.out.data, "c=0"));
+    CHECK(!strstr(r.out.data, "rip "));
+    CHECK_CONTAINS(r.out.data, "ptrace: Operation not permitted");
+    expect_lines(&r, ARGV("a=1", "b=1")); /* strace ran and gave up */
     CHECK_CONTAINS(r.out.data, "Seccomp:\t2");
     sandbox_run_result_release(&r);
 }
 
 TEST(mount_and_namespaces)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -467,13 +533,28 @@ TEST(mount_and_namespaces)
         if (strstr(r.out.data, ok))
             test__fail(__FILE__, __LINE__, "'%s' succeeded:\n%s", ok, r.out.data);
     }
+    /* Not merely "did not succeed": each ran and was refused for want of privilege. mount and
+     * umount exit 32 when the system call fails (1 is a usage error, 127 a missing program). */
+    static const struct probe want[] = {
+        {"a=32", "permission denied"},
+        {"b=32", "permission denied"},
+        {"c=1", "unshare failed: Operation not permitted"},
+        {"d=1", "unshare failed: Operation not permitted"},
+        {"e=1", "unshare failed: Operation not permitted"},
+        {"f=1", "unshare failed: Operation not permitted"},
+        {"g=1", "cannot open /proc/1/ns/mnt: Permission denied"},
+        {"h=32", "must be superuser to unmount"},
+        {"i=32", "permission denied"},
+        {"j=32", "permission denied"},
+        {"k=32", "permission denied"},
+    };
+    expect_probes(&r, want, ARRAY_SIZE(want));
     sandbox_run_result_release(&r);
 }
 
 TEST(chroot_dmesg_hostname_clock)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -486,8 +567,7 @@ TEST(chroot_dmesg_hostname_clock)
 
 TEST(device_nodes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -503,8 +583,7 @@ TEST(device_nodes)
 
 TEST(setuid_binaries_gain_nothing)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -519,13 +598,14 @@ TEST(setuid_binaries_gain_nothing)
     CHECK(!strstr(r.out.data, "c=0"));
     CHECK(!strstr(r.out.data, "uid=65534"));
     expect_lines(&r, ARGV("\n1\n", "CapEff:0000000000000000", "NoNewPrivs:1"));
+    /* su ran and gave up; setpriv ran and was refused (its 127 is a privilege error). */
+    expect_lines(&r, ARGV("a=1", "setpriv: setresuid failed", "c=127"));
     sandbox_run_result_release(&r);
 }
 
 TEST(personality_changes)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -538,8 +618,7 @@ TEST(personality_changes)
 
 TEST(no_sysfs_or_cgroupfs)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct sandbox_opts o = setup();
     struct sandbox_run_result r;
     attack(&o,
@@ -571,8 +650,7 @@ static int check_allowed(const char *name, long rc)
 
 TEST(seccomp_filter_denies_each_listed_syscall)
 {
-    if (skip_unsupported())
-        return;
+    need_sandbox();
     struct ca_err err = {0};
     const struct sock_fprog *prog = sandbox__seccomp_prog(&err);
     REQUIRE(prog != NULL);

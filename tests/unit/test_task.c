@@ -1089,10 +1089,8 @@ static char *make_parquet(const char *name, const char *mode)
 
 TEST(parquet_import)
 {
-    if (!have_pyarrow()) {
-        printf("  skip: python3 cannot import pyarrow (pip install pyarrow)\n");
-        return;
-    }
+    if (!have_pyarrow())
+        SKIP("pyarrow", "python3 cannot import pyarrow (pip install pyarrow)");
     char *pq = make_parquet("d.parquet", "list");
     char *out = tmp_path("d.jsonl");
     struct task_set set;
@@ -1141,10 +1139,8 @@ TEST(parquet_import)
 
 TEST(parquet_import_failures)
 {
-    if (!have_pyarrow()) {
-        printf("  skip: python3 cannot import pyarrow (pip install pyarrow)\n");
-        return;
-    }
+    if (!have_pyarrow())
+        SKIP("pyarrow", "python3 cannot import pyarrow (pip install pyarrow)");
     struct task_set set;
     struct ca_err err = {0};
     task_set_init(&set);
