@@ -172,14 +172,12 @@ TEST(notes_never_crowd_out_a_violation)
     policy_report_release(&rep);
 }
 
-/* An object whose undefined symbols are the given C declarations' uses. */
-static bool build_object(const char *name, const char *src, char **out)
+/* An object whose undefined symbols are the given C declarations' uses (skips without cc). */
+static void build_object(const char *name, const char *src, char **out)
 {
     char *cc = proc_which("cc");
-    if (!cc) {
-        printf("SKIP: cc not found in PATH\n");
-        return false;
-    }
+    if (!cc)
+        SKIP("cc", "cc not found in PATH");
     char *c = xstrfmt("%s/%s.c", test_tmpdir(), name);
     *out = xstrfmt("%s/%s.o", test_tmpdir(), name);
     struct ca_err err = {0};
@@ -193,7 +191,6 @@ static bool build_object(const char *name, const char *src, char **out)
     proc_result_release(&r);
     free(c);
     free(cc);
-    return true;
 }
 
 /* at::_ops::zeros_like::call(...) and at::_ops::add_Tensor::call(...), as C can name them. */
@@ -214,8 +211,7 @@ static const char imports_c[] =
 TEST(object_symbols_decide_per_rule_set)
 {
     char *obj;
-    if (!build_object("imports", imports_c, &obj))
-        return;
+    build_object("imports", imports_c, &obj);
     for (int rules = 0; rules < 2; rules++) {
         struct policy_report rep;
         policy_report_init(&rep);
@@ -277,10 +273,8 @@ static int model_new_verdict(const char *code, enum policy_rules rules, struct p
 TEST(model_new_under_the_kernelbench_rules)
 {
     char *py = proc_which("python3");
-    if (!py) {
-        printf("SKIP: python3 not found in PATH\n");
-        return;
-    }
+    if (!py)
+        SKIP("python3", "python3 not found in PATH");
     free(py);
     struct policy_report rep;
     /* Torch computation, nn modules, decorators and fallbacks: notes under kernelbench... */
