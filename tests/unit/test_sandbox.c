@@ -988,6 +988,7 @@ TEST(build_and_run_a_threaded_program)
 
 TEST(extra_read_only_binds)
 {
+    need_sandbox();
     struct sandbox_opts o = make_ws();
     /* A host directory outside the system dirs, e.g. a Python environment. */
     char dir[] = "/var/tmp/ca-extra-XXXXXX";
