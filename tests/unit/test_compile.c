@@ -945,6 +945,91 @@ TEST(split_object_check_finds_names_left_undefined)
     free(obj);
 }
 
+/* What a split KernelBench build compiles: a kernel launched from a function that uses torch. */
+static const char kb_split_cu[] = KB_PRELUDE "__global__ void kb_kernel(int *o) { o[0] = 1; }\n"
+                                             "int kb_add(int a, int b)\n{\n"
+                                             "    TORCH_CHECK(a >= 0, \"a\");\n"
+                                             "    if (a > 1000)\n"
+                                             "        kb_kernel<<<1, 1>>>(nullptr);\n"
+                                             "    return a + b;\n}\n";
+
+TEST(inline_cuda_split_builds_links_and_caches)
+{
+    if (!have_nvcc())
+        return;
+    struct tbuild k;
+    kb_begin(&k, kb_split_cu);
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    tb_show_errors(&k);
+    CHECK(k.r.ok);
+    const struct compile_unit_report *u = unit(&k.r, "kernels/kb_add.cu");
+    CHECK(u->ok && !u->cached);
+    CHECK(u->split);
+    CHECK(u->used_pch);
+    CHECK_CONTAINS(k.r.full_log.data, "kernels/kb_add.cu (exit 0, cut in two");
+    json_t *j = compile_report_to_json(&k.r);
+    CHECK(json_is_true(json_object_get(json_array_get(json_object_get(j, "units"), 0), "split")));
+    json_decref(j);
+    /* Every name resolves: the kernel's host stub came from nvcc's half. */
+    void *h = dlopen(k.out, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        fprintf(stderr, "  dlopen: %s\n", dlerror());
+    REQUIRE(h);
+    int (*add)(int, int) = (int (*)(int, int))dlsym(h, "_Z6kb_addii");
+    REQUIRE(add);
+    CHECK_EQ(add(2, 3), 5);
+    dlclose(h);
+    char key[HASH128_HEX_LEN + 1];
+    memcpy(key, u->key, sizeof(key));
+
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    CHECK(k.r.ok && k.r.link_cached);
+    CHECK(unit(&k.r, "kernels/kb_add.cu")->cached);
+
+    /* The baseline (one nvcc unit), in a cache of its own: the same key, a working module. */
+    k.o.use_split = false;
+    char *cache2 = xstrfmt("%s/cache-whole", test_tmpdir());
+    k.o.cache_dir = cache2;
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    CHECK(k.r.ok);
+    u = unit(&k.r, "kernels/kb_add.cu");
+    CHECK(!u->split && !u->cached && !u->used_pch);
+    CHECK_STR(u->key, key);
+    free(cache2);
+    tb_end(&k);
+}
+
+TEST(inline_cuda_split_that_fails_is_built_whole)
+{
+    if (!have_nvcc())
+        return;
+    /* A type with a device member function: g++ cannot compile the torch half, nvcc the whole. */
+    struct tbuild k;
+    kb_begin(&k, KB_PRELUDE "struct Lane { __device__ int id() const { return threadIdx.x; } };\n"
+                            "__global__ void kb_kernel(int *o) { o[0] = Lane().id(); }\n"
+                            "int kb_add(int a, int b) { TORCH_CHECK(a >= 0, \"a\"); return a + b; "
+                            "}\n");
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    tb_show_errors(&k);
+    CHECK(k.r.ok);
+    const struct compile_unit_report *u = unit(&k.r, "kernels/kb_add.cu");
+    CHECK(u->ok && !u->split);
+    CHECK_CONTAINS(k.r.full_log.data, "kernels/kb_add.cu (cut in two, then built whole)");
+    CHECK_CONTAINS(k.r.full_log.data, "the torch half did not compile");
+    CHECK_CONTAINS(k.r.full_log.data, "threadIdx");
+
+    /* A compiler error of the source's own is reported as nvcc gives it for the whole unit. */
+    put_text(k.snap, "kb_add.cu",
+             KB_PRELUDE "__global__ void kb_kernel(int *o) { o[0] = missing_name; }\n"
+                        "int kb_add(int a, int b) { TORCH_CHECK(a >= 0, \"a\"); return a + b; }\n");
+    REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
+    CHECK(!k.r.ok);
+    CHECK_CONTAINS(k.r.errors.data, "kernels/kb_add.cu:6: error: identifier \"missing_name\" is "
+                                    "undefined");
+    CHECK(strstr(k.r.errors.data, "split/") == NULL);
+    tb_end(&k);
+}
+
 TEST(bindings_pch_link_and_module_cache)
 {
     if (!have_nvcc())
