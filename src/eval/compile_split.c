@@ -1388,10 +1388,32 @@ static int add_item_text(struct split *s, const struct item *it, enum place pl, 
     return rc ? decline(s, "the halves are too large") : 0;
 }
 
+/*
+ * The C library headers torch/types.h (and so torch/extension.h) includes, light or real:
+ * code written against torch uses FLT_MAX, INT_MAX, assert... without including them. The nvcc
+ * half gets them where torch was included first; they cost nvcc next to nothing, unlike the
+ * C++ library headers torch also brings (<algorithm> alone adds a quarter to a small unit).
+ */
+static const char torch_c_headers[] = "#include <cassert>\n#include <cfloat>\n#include <climits>\n"
+                                      "#include <cmath>\n#include <cstddef>\n#include <cstdint>\n"
+                                      "#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n";
+
+/* Whether the source includes torch/types.h or torch/extension.h first, before any code. */
+static bool includes_torch_first(const struct split *s)
+{
+    for (size_t i = 0; i < s->ni && s->it[i].kind == IT_DIRECTIVE; i++) {
+        struct sv h = system_include(s, i);
+        if (sv_eq_cstr(h, "<torch/types.h>") || sv_eq_cstr(h, "<torch/extension.h>"))
+            return true;
+    }
+    return false;
+}
+
 static int write_halves(struct split *s, const char *name, bool torch_functions,
                         struct compile__split *out)
 {
-    if (buf_addf(&out->dev, "#line 1 \"%s\"\n", name))
+    if ((includes_torch_first(s) && buf_addstr(&out->dev, torch_c_headers)) ||
+        buf_addf(&out->dev, "#line 1 \"%s\"\n", name))
         return decline(s, "the halves are too large");
     /* What nvcc's host pass has and g++ lacks: the launch's entry point into the CUDA runtime,
      * and the CUDA qualifiers cuda_runtime.h defines only for nvcc (host_defines.h), as nvcc
