@@ -1000,6 +1000,23 @@ TEST(inline_cuda_split_builds_links_and_caches)
     tb_end(&k);
 }
 
+TEST(inline_cuda_warm_makes_both_headers)
+{
+    if (!have_nvcc())
+        return;
+    /* KernelBench mode: the bindings' header and the split one, ahead of the first build. */
+    struct tbuild k;
+    kb_begin(&k, kb_split_cu);
+    REQUIRE(compile_warm(&k.o, &k.err) == 0);
+    char *pch = xstrfmt("%s/pch", k.cache);
+    CHECK_EQ(count_files(pch), 4); /* two pch.h and two pch.h.gch */
+    REQUIRE(build(&k.o, k.snap, NULL, &k.r, &k.err) == 0);
+    CHECK(k.r.ok && !k.r.pch_built);
+    CHECK(unit(&k.r, "kernels/kb_add.cu")->split);
+    free(pch);
+    tb_end(&k);
+}
+
 TEST(inline_cuda_split_that_fails_is_built_whole)
 {
     if (!have_nvcc())
