@@ -706,10 +706,9 @@ struct build {
     struct pool pool;
     bool pool_started;
     struct compile__argv cu_flags, cxx_flags, cu_torch_flags;
-    struct compile__argv split_flags; /* c++ for the torch half of a split cu-torch unit */
-    struct compile__argv
-        cu_torch_key;  /* what a cu-torch object depends on: both ways to build it */
-    char *cu_identity; /* nvcc and the host compiler it uses */
+    struct compile__argv split_flags;  /* c++ for the torch half of a split cu-torch unit */
+    struct compile__argv cu_torch_key; /* a cu-torch key's flags: both ways to build it */
+    char *cu_identity;                 /* nvcc and the host compiler it uses */
     char pch_key[HASH128_HEX_LEN + 1], split_pch_key[HASH128_HEX_LEN + 1];
     bool pch_ready, split_pch_ready;
     bool stored; /* something new went into the cache */
