@@ -82,7 +82,8 @@ static const char pch_header[] =
  * header adds torch's C++ frontend (nn, optim, data, jit, ...), which the policy refuses in such
  * sources anyway, and which makes a binding's compile, precompiled header or not, and nvcc, parsing
  * it in three front ends, several times slower. gcc units get pybind11 and torch's type casters
- * for it (bindings, load_inline's cpp source); nvcc units (cu-torch) may not bind.
+ * for it (bindings, load_inline's cpp source); nvcc units (cu-torch) may not bind, nor the torch
+ * half of a split one (CUDA_AGENT_LIGHT_NO_PYBIND, defined by its precompiled header).
  * Include guards, not #pragma once: the precompiled header is built in another directory, and
  * gcc would take this file there and here for two different files.
  */
@@ -94,17 +95,18 @@ static const char light_header[] =
     "#include <torch/types.h>\n"
     "#include <ATen/cuda/CUDAContext.h>\n"
     "#include <c10/cuda/CUDAGuard.h>\n"
-    "#ifndef __CUDACC__\n"
+    "#if !defined(__CUDACC__) && !defined(CUDA_AGENT_LIGHT_NO_PYBIND)\n"
     "#include <torch/csrc/utils/pybind.h>\n"
     "#endif\n"
     "#endif\n";
 
 /*
  * What `#include <torch/types.h>` (load_inline's prelude for cuda sources, and the light
- * torch/extension.h above) finds first: the tensor class, the allocation functions a binding may
- * use, and the torch:: names of at:: and of the dtypes, without ATen/ATen.h (every operator's
- * declaration: most of nvcc's time on such a unit). A unit that needs more is retried with the
- * real header, as for the light torch/extension.h.
+ * torch/extension.h above) finds first: the tensor class, the functions that allocate outputs
+ * (empty and zeros, ones, full: what KernelBench solutions allocate with; the policy reads the
+ * built module to judge which may be called), and the torch:: names of at:: and of the dtypes,
+ * without ATen/ATen.h (every operator's declaration: most of nvcc's time on such a unit). A
+ * unit that needs more is retried with the real header, as for the light torch/extension.h.
  */
 static const char light_types_header[] =
     "/* cuda-agent: the part of torch/types.h bindings and load_inline sources may use. */\n"
@@ -115,6 +117,12 @@ static const char light_types_header[] =
     "#include <ATen/ops/empty.h>\n"
     "#include <ATen/ops/empty_like.h>\n"
     "#include <ATen/ops/empty_strided.h>\n"
+    "#include <ATen/ops/zeros.h>\n"
+    "#include <ATen/ops/zeros_like.h>\n"
+    "#include <ATen/ops/ones.h>\n"
+    "#include <ATen/ops/ones_like.h>\n"
+    "#include <ATen/ops/full.h>\n"
+    "#include <ATen/ops/full_like.h>\n"
     "#include <c10/cuda/CUDAStream.h>\n"
     "namespace torch {\n"
     "using namespace at;\n"
@@ -139,15 +147,38 @@ static const char light_types_header[] =
     "} // namespace torch\n"
     "#endif\n";
 
+/*
+ * The precompiled header of the torch half of a split cu-torch unit (compile_split.c): the
+ * prelude load_inline gives cuda sources and what the light torch/extension.h adds, which the
+ * cut requires the source to include first, so it holds nothing the source does not. The light
+ * torch/extension.h without pybind11, as nvcc's pass sees it: the half only checks, allocates
+ * and launches, and pybind11 alone costs a g++ unit seconds of code it emits in every object.
+ */
+#define SPLIT_PCH_DIR "pch_split"
+#define SPLIT_DIR "split"
+static const char split_pch_header[] =
+    "/* cuda-agent: precompiled torch headers for the torch half of split cuda sources. */\n"
+    "#define CUDA_AGENT_LIGHT_NO_PYBIND 1\n"
+    "#include <torch/types.h>\n"
+    "#include <cuda.h>\n"
+    "#include <cuda_runtime.h>\n"
+    "#include <ATen/cuda/CUDAContext.h>\n"
+    "#include <c10/cuda/CUDAGuard.h>\n"
+    "#include <torch/extension.h>\n";
+/* Part of every cu-torch key: a change to the cut changes the objects it makes. */
+#define SPLIT_VERSION "cuda-agent/split/v1"
+
 /* Paths of the build directory bound read-only for compilers. */
-static const char *const ro_compile[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER,
-                                         "pch",     LIGHT_DIR,     NULL};
-static const char *const ro_link[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER, "pch", LIGHT_DIR,
-                                      "link",    NULL};
+static const char *const ro_compile[] = {"kernels",     REGISTRY_UNIT, REGISTRY_HEADER, "pch",
+                                         SPLIT_PCH_DIR, SPLIT_DIR,     LIGHT_DIR,       NULL};
+static const char *const ro_link[] = {"kernels", REGISTRY_UNIT, REGISTRY_HEADER,
+                                      "pch",     SPLIT_PCH_DIR, SPLIT_DIR,
+                                      LIGHT_DIR, "link",        NULL};
 
 void compile_opts_init(struct compile_opts *o)
 {
-    *o = (struct compile_opts){.use_sandbox = true, .use_pch = true, .use_light = true};
+    *o = (struct compile_opts){
+        .use_sandbox = true, .use_pch = true, .use_light = true, .use_split = true};
 }
 
 const char *compile_role_name(enum compile_role role)
@@ -362,9 +393,18 @@ struct job {
     bool pch;                        /* argv has the precompiled header */
     char obj[40];                    /* obj/<n>.o in the build directory */
     const struct compile__argv *binds;
+    /* A cu-torch unit cut in two (compile_split.c): the halves, their merge into obj, and the
+     * names the merged object must define. argv_dev empty: not cut; argv_host empty: no torch
+     * half, the nvcc half is the object. The unit's own argv is the fallback. */
+    struct compile__argv argv_dev, argv_host, argv_merge;
+    const struct compile__argv *binds_host;
+    struct buf split_names;
     /* Written by the worker. */
     struct run run;
     bool used_pch, retried;
+    bool split_ok;        /* the object is the merged halves */
+    int64_t split_us;     /* time spent on halves that failed, before the fallback */
+    struct buf split_log; /* why the halves failed, and what their compilers said */
     int store_rc;
     struct ca_err store_err;
 };
@@ -441,7 +481,105 @@ static bool light_failure(const struct buf *out)
     return false;
 }
 
-static void job_run(const struct ctx *c, struct job *j)
+/* One half of a split unit, on a thread of its own. */
+struct half {
+    const struct ctx *c;
+    const struct compile__argv *argv, *binds;
+    struct run run;
+};
+
+static void *half_run(void *arg)
+{
+    struct half *h = arg;
+    run_tool(h->c, h->c->build_dir, h->argv, ro_compile, h->binds, &h->run);
+    return NULL;
+}
+
+/* Appends a compiler's output to the split log, as much as fits. */
+static void split_log_add(struct job *j, const char *title, const struct run *r)
+{
+    (void)!buf_addf(&j->split_log, "-- %s (%s)\n", title, r->rc ? r->err.msg : r->how);
+    size_t room = j->split_log.max - j->split_log.len;
+    (void)!buf_add(&j->split_log, r->out.data, r->out.len < room ? r->out.len : room);
+}
+
+/*
+ * The halves of a split cu-torch unit, at once (the torch half on a second thread), then their
+ * merge into obj and the check of what the merged object leaves undefined. true: j->obj is the
+ * unit's object and j->run says how it went. false: the unit is to be built whole, and
+ * j->split_log says why; j->run is reset.
+ */
+static bool run_split(const struct ctx *c, struct job *j)
+{
+    int64_t t0 = ca_now_us();
+    bool have_host = j->argv_host.n > 0, threaded = false;
+    struct half host = {.c = c, .argv = &j->argv_host, .binds = j->binds_host};
+    run_init(&host.run);
+    pthread_t th;
+    if (have_host)
+        threaded = pthread_create(&th, NULL, half_run, &host) == 0;
+    run_tool(c, c->build_dir, &j->argv_dev, ro_compile, j->binds, &j->run);
+    if (have_host && threaded)
+        pthread_join(th, NULL);
+    else if (have_host)
+        half_run(&host);
+    const char *why = NULL;
+    char check[256] = "";
+    if (j->run.rc || !j->run.ok)
+        why = "the nvcc half did not compile";
+    else if (have_host && (host.run.rc || !host.run.ok))
+        why = "the torch half did not compile";
+    else if (have_host && strstr(host.run.out.data, "used but never defined"))
+        why = "the torch half uses a function that only the nvcc half defines inline or static";
+    struct run merge;
+    run_init(&merge);
+    if (!why && have_host) {
+        run_tool(c, c->build_dir, &j->argv_merge, ro_compile, j->binds_host, &merge);
+        if (merge.rc || !merge.ok)
+            why = "the halves did not merge";
+    }
+    if (!why && have_host) {
+        char *obj = xstrfmt("%s/%s", c->build_dir, j->obj);
+        int rc = compile__split_check_object(obj, sv_from(j->split_names.data, j->split_names.len),
+                                             check, sizeof(check));
+        free(obj);
+        if (rc < 0)
+            snprintf(check, sizeof(check), "the merged object cannot be read: %s", ca_strerror(rc));
+        if (rc)
+            why = check;
+    }
+    /* The nvcc half alone past its time: the whole unit would be too. */
+    bool timed_out = j->run.timed_out;
+    if (!why || timed_out) {
+        j->split_ok = !why;
+        j->used_pch = have_host && !strstr(host.run.out.data, "pch.h.gch");
+        if (have_host) {
+            size_t room = j->run.out.max - j->run.out.len;
+            (void)!buf_add(&j->run.out, host.run.out.data,
+                           host.run.out.len < room ? host.run.out.len : room);
+        }
+        j->run.elapsed_us = ca_now_us() - t0;
+        run_release(&host.run);
+        run_release(&merge);
+        return true;
+    }
+    (void)!buf_addf(&j->split_log, "cut in two, not built so: %s\n", why);
+    split_log_add(j, "nvcc half", &j->run);
+    if (have_host) {
+        split_log_add(j, "torch half", &host.run);
+        if (merge.how[0] || merge.rc)
+            split_log_add(j, "merge", &merge);
+    }
+    LOG_INFO("compile: %s: %s; building it as one unit", j->u->name, why);
+    j->split_us = ca_now_us() - t0;
+    run_release(&host.run);
+    run_release(&merge);
+    return false;
+}
+
+/* The unit as one compiler run; a failure the accelerators may have caused is run again
+ * without them. */
+static void run_whole(const struct ctx *c, struct job *j)
 {
     run_tool(c, c->build_dir, &j->argv, ro_compile, j->binds, &j->run);
     bool accel = j->argv_plain.n > 0;
@@ -458,13 +596,20 @@ static void job_run(const struct ctx *c, struct job *j)
         run_tool(c, c->build_dir, &j->argv_plain, ro_compile, j->binds, &j->run);
         j->run.elapsed_us += first;
     }
-    if (!j->run.ok)
-        return;
+    j->run.elapsed_us += j->split_us;
     /* -Winvalid-pch: "pch/pch.h.gch: not used because ..."; the header was parsed instead. */
-    if (j->used_pch && strstr(j->run.out.data, "pch.h.gch")) {
+    if (j->run.ok && j->used_pch && strstr(j->run.out.data, "pch.h.gch")) {
         LOG_WARN("compile: %s: the precompiled header was not usable", j->u->name);
         j->used_pch = false;
     }
+}
+
+static void job_run(const struct ctx *c, struct job *j)
+{
+    if (!j->argv_dev.n || !run_split(c, j))
+        run_whole(c, j);
+    if (!j->run.ok)
+        return;
     /* Out of the build directory at once: no later compiler can touch the cached inode. */
     struct buf obj;
     buf_init(&obj, CA_LIMIT_PATH);
@@ -562,9 +707,11 @@ struct build {
     struct pool pool;
     bool pool_started;
     struct compile__argv cu_flags, cxx_flags, cu_torch_flags;
-    char *cu_identity; /* nvcc and the host compiler it uses */
-    char pch_key[HASH128_HEX_LEN + 1];
-    bool pch_ready;
+    struct compile__argv split_flags;  /* c++ for the torch half of a split cu-torch unit */
+    struct compile__argv cu_torch_key; /* a cu-torch key's flags: both ways to build it */
+    char *cu_identity;                 /* nvcc and the host compiler it uses */
+    char pch_key[HASH128_HEX_LEN + 1], split_pch_key[HASH128_HEX_LEN + 1];
+    bool pch_ready, split_pch_ready;
     bool stored; /* something new went into the cache */
 };
 
@@ -781,7 +928,8 @@ static int prepare_build_dir(struct build *b, struct ca_err *err)
     b->ctx.build_dir = b->build_dir.data;
     b->dir_slash = xstrfmt("%s/", b->build_dir.data);
     static const char *const subdirs[] = {
-        "kernels", "obj", "pch", "link", "out", LIGHT_DIR, (LIGHT_DIR "/torch"), NULL};
+        "kernels", "obj", "pch",     SPLIT_PCH_DIR,        SPLIT_DIR,
+        "link",    "out", LIGHT_DIR, (LIGHT_DIR "/torch"), NULL};
     rc = make_dirs(b->build_dir.data, subdirs, err);
     if (!rc)
         rc = write_light_headers(b->build_dir.data, err);
@@ -879,6 +1027,41 @@ static void make_cu_torch_flags(struct build *b, const char *num)
     push_bind(&b->ctx.binds_cu_torch, tc->cudnn_include);
 }
 
+/*
+ * KernelBench mode: nvcc's flags for cu-torch units (which also build the nvcc half of a split
+ * one, without the light headers), c++'s for the torch half (the bindings' flags, the
+ * __CUDA_NO_HALF* defines nvcc's host pass gets, the light headers, and no warning for the CUDA
+ * attributes g++ ignores on the kernels' declarations), the split header's key, and the flags
+ * in a cu-torch object's key: both ways of building it, so that a change to either misses.
+ */
+static void make_split_flags(struct build *b, const char *num)
+{
+    const struct compile__toolchain *tc = b->tc;
+    make_cu_torch_flags(b, num);
+    struct compile__argv *f = &b->split_flags;
+    compile__argv_pushv(f, &b->cxx_flags);
+    static const char *const extra[] = {"-D__CUDA_NO_HALF_OPERATORS__",
+                                        "-D__CUDA_NO_HALF_CONVERSIONS__",
+                                        "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+                                        "-D__CUDA_NO_HALF2_OPERATORS__",
+                                        "-Wno-attributes",
+                                        "-I",
+                                        LIGHT_DIR};
+    for (size_t i = 0; i < ARRAY_SIZE(extra); i++)
+        compile__argv_push(f, extra[i]);
+    struct buf hdrs;
+    buf_init(&hdrs, sizeof(split_pch_header) + sizeof(light_header) + sizeof(light_types_header));
+    if (buf_addstr(&hdrs, split_pch_header) || buf_addstr(&hdrs, light_header) ||
+        buf_addstr(&hdrs, light_types_header))
+        BUG("precompiled header inputs over their bound");
+    compile__pch_key(tc->cxx, tc->cxx_version, tc->torch_identity, (const char *const *)f->v,
+                     sv_from(hdrs.data, hdrs.len), b->split_pch_key);
+    buf_release(&hdrs);
+    compile__argv_pushv(&b->cu_torch_key, &b->cu_torch_flags);
+    compile__argv_push(&b->cu_torch_key, SPLIT_VERSION);
+    compile__argv_pushv(&b->cu_torch_key, f);
+}
+
 static void make_flags(struct build *b, const char *arch)
 {
     const struct compile__toolchain *tc = b->tc;
@@ -948,7 +1131,7 @@ static void make_flags(struct build *b, const char *arch)
                      (const char *const *)b->cxx_flags.v, sv_from(hdrs.data, hdrs.len), b->pch_key);
     buf_release(&hdrs);
     if (b->opts->inline_cuda)
-        make_cu_torch_flags(b, num);
+        make_split_flags(b, num);
 }
 
 static void unit_key(struct build *b, struct unit *u)
@@ -964,7 +1147,7 @@ static void unit_key(struct build *b, struct unit *u)
         .compiler = cu || cu_torch ? tc->nvcc : tc->cxx,
         .compiler_version = cu || cu_torch ? b->cu_identity : tc->cxx_version,
         .argv = (const char *const *)(cu         ? b->cu_flags.v
-                                      : cu_torch ? b->cu_torch_flags.v
+                                      : cu_torch ? b->cu_torch_key.v
                                                  : b->cxx_flags.v),
         .headers = cu ? "" : tc->torch_identity,
         .template_header = cu || cu_torch ? SV_LIT("") : sv_from(h->data, h->len),
@@ -976,6 +1159,61 @@ static void unit_key(struct build *b, struct unit *u)
         BUG("cache path over its bound");
     u->cache_path = buf_detach(&p, NULL);
     u->hit = compile__cache_hit(u->cache_path);
+}
+
+/*
+ * A cu-torch job cut in two where compile__split_source can (else it stays one nvcc run):
+ * split/N.dev.cu for nvcc with the unit's flags (no light headers: the half has no torch),
+ * split/N.host.cpp for c++ with the split precompiled header, merged by a relocatable link into
+ * the unit's object. Both name the unit (#line), so their messages read like its own.
+ */
+static void prepare_split(struct build *b, struct job *j, size_t n)
+{
+    struct compile__split sp;
+    compile__split_init(&sp);
+    if (compile__split_source(sv_from(j->u->src.data, j->u->src.len), j->u->name, &sp)) {
+        LOG_DEBUG("compile: %s is built as one unit: %s", j->u->name, sp.why);
+        compile__split_release(&sp);
+        return;
+    }
+    bool have_host = sp.host.len > 0;
+    char *dev = xstrfmt(SPLIT_DIR "/%zu.dev.cu", n), *host = xstrfmt(SPLIT_DIR "/%zu.host.cpp", n);
+    char *dev_obj = xstrfmt("obj/%zu.dev.o", n), *host_obj = xstrfmt("obj/%zu.host.o", n);
+    struct ca_err e = {0};
+    if (write_file(b->build_dir.data, dev, sp.dev.data, sp.dev.len, &e) ||
+        (have_host && write_file(b->build_dir.data, host, sp.host.data, sp.host.len, &e))) {
+        LOG_WARN("compile: %s is built as one unit: %s", j->u->name, e.msg);
+        goto out;
+    }
+    compile__argv_pushv(&j->argv_dev, &b->cu_torch_flags);
+    compile__argv_push(&j->argv_dev, "-o");
+    compile__argv_push(&j->argv_dev, have_host ? dev_obj : j->obj);
+    compile__argv_push(&j->argv_dev, dev);
+    if (have_host) {
+        compile__argv_pushv(&j->argv_host, &b->split_flags);
+        static const char *const pch[] = {"-include", SPLIT_PCH_DIR "/pch.h", "-Winvalid-pch",
+                                          "-o"};
+        for (size_t i = 0; i < ARRAY_SIZE(pch); i++)
+            compile__argv_push(&j->argv_host, pch[i]);
+        compile__argv_push(&j->argv_host, host_obj);
+        compile__argv_push(&j->argv_host, host);
+        static const char *const merge[] = {"-r", "-nostdlib", "-o"};
+        compile__argv_push(&j->argv_merge, b->tc->cxx);
+        for (size_t i = 0; i < ARRAY_SIZE(merge); i++)
+            compile__argv_push(&j->argv_merge, merge[i]);
+        compile__argv_push(&j->argv_merge, j->obj);
+        compile__argv_push(&j->argv_merge, dev_obj);
+        compile__argv_push(&j->argv_merge, host_obj);
+        j->binds_host = &b->ctx.binds_cxx;
+        if (buf_add(&j->split_names, sp.dev_names.data, sp.dev_names.len))
+            BUG("split names over their bound");
+    }
+out:
+    free(dev);
+    free(host);
+    free(dev_obj);
+    free(host_obj);
+    compile__split_release(&sp);
 }
 
 static void submit(struct build *b, struct unit *u, struct compile_unit_report *rep)
@@ -992,6 +1230,11 @@ static void submit(struct build *b, struct unit *u, struct compile_unit_report *
     run_init(&j->run);
     compile__argv_init(&j->argv);
     compile__argv_init(&j->argv_plain);
+    compile__argv_init(&j->argv_dev);
+    compile__argv_init(&j->argv_host);
+    compile__argv_init(&j->argv_merge);
+    buf_init(&j->split_names, CA_LIMIT_COMPILE_LOG);
+    buf_init(&j->split_log, CA_LIMIT_COMPILE_LOG);
     bool cu = u->role == COMPILE_ROLE_CU, cu_torch = u->role == COMPILE_ROLE_CU_TORCH;
     compile__argv_pushv(&j->argv, cu         ? &b->cu_flags
                                   : cu_torch ? &b->cu_torch_flags
@@ -1022,15 +1265,23 @@ static void submit(struct build *b, struct unit *u, struct compile_unit_report *
     compile__argv_push(&j->argv, "-o");
     compile__argv_push(&j->argv, j->obj);
     compile__argv_push(&j->argv, u->name);
+    if (cu_torch && j->light && b->opts->use_split && b->split_pch_ready)
+        prepare_split(b, j, b->njobs - 1);
     pool_submit(&b->pool, j);
 }
 
 static void jobs_release(struct build *b)
 {
     for (size_t i = 0; i < b->njobs; i++) {
-        run_release(&b->jobs[i].run);
-        compile__argv_release(&b->jobs[i].argv);
-        compile__argv_release(&b->jobs[i].argv_plain);
+        struct job *j = &b->jobs[i];
+        run_release(&j->run);
+        compile__argv_release(&j->argv);
+        compile__argv_release(&j->argv_plain);
+        compile__argv_release(&j->argv_dev);
+        compile__argv_release(&j->argv_host);
+        compile__argv_release(&j->argv_merge);
+        buf_release(&j->split_names);
+        buf_release(&j->split_log);
     }
     free(b->jobs);
 }
@@ -1048,12 +1299,41 @@ static int seal_file(const char *path, struct ca_err *err)
     return rc;
 }
 
-static int link_pch_into_build(struct build *b, const char *entry)
+/* One of the precompiled headers: the bindings', or the torch half's of split units. */
+struct pch_spec {
+    const char *dir;                   /* where the build directory has it */
+    const char *header;                /* its text */
+    const struct compile__argv *flags; /* the c++ flags of the units that use it */
+    bool light;                        /* the flags lack the light headers' -I: add it */
+    const char *key;
+    bool *ready;
+};
+
+static struct pch_spec binding_pch(struct build *b)
+{
+    return (struct pch_spec){.dir = "pch",
+                             .header = pch_header,
+                             .flags = &b->cxx_flags,
+                             .light = b->opts->use_light,
+                             .key = b->pch_key,
+                             .ready = &b->pch_ready};
+}
+
+static struct pch_spec split_pch(struct build *b)
+{
+    return (struct pch_spec){.dir = SPLIT_PCH_DIR,
+                             .header = split_pch_header,
+                             .flags = &b->split_flags,
+                             .key = b->split_pch_key,
+                             .ready = &b->split_pch_ready};
+}
+
+static int link_pch_into_build(struct build *b, const char *entry, const char *dir)
 {
     static const char *const files[] = {"pch.h", "pch.h.gch"};
     for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
         char *from = xstrfmt("%s/%s", entry, files[i]);
-        char *to = xstrfmt("%s/pch/%s", b->build_dir.data, files[i]);
+        char *to = xstrfmt("%s/%s/%s", b->build_dir.data, dir, files[i]);
         int rc = link(from, to) == 0 ? 0 : -errno;
         if (rc)
             LOG_WARN("compile: cannot link the precompiled header %s into the build: %s", from,
@@ -1085,12 +1365,12 @@ static void log_add(struct compile_report *rep, const char *title, const struct 
 }
 
 /*
- * Make sure the precompiled header exists in the cache and link it into the
+ * Make sure a precompiled header exists in the cache and link it into the
  * build directory. Failing to make it is not an error of the build: the
- * bindings are then compiled without it. Runs on the build's thread while
+ * units are then compiled without it. Runs on the build's thread while
  * the pool compiles .cu files.
  */
-static int ensure_pch(struct build *b, struct ca_err *err)
+static int ensure_pch(struct build *b, const struct pch_spec *spec, struct ca_err *err)
 {
     struct compile_report *rep = b->rep;
     struct buf entry, failed, tmp;
@@ -1100,7 +1380,7 @@ static int ensure_pch(struct build *b, struct ca_err *err)
     int rc = 0;
     struct run r;
     run_init(&r);
-    if (compile__cache_path(b->cache_dir, COMPILE__PCH, b->pch_key, &entry) ||
+    if (compile__cache_path(b->cache_dir, COMPILE__PCH, spec->key, &entry) ||
         buf_addf(&failed, "%s.failed", entry.data))
         BUG("cache path over its bound");
     char *gch = xstrfmt("%s/pch.h.gch", entry.data);
@@ -1109,7 +1389,7 @@ static int ensure_pch(struct build *b, struct ca_err *err)
         goto link;
     }
     if (fs_exists(failed.data)) {
-        LOG_DEBUG("compile: precompiled header %s failed before; not retried", b->pch_key);
+        LOG_DEBUG("compile: precompiled header %s failed before; not retried", spec->key);
         goto out;
     }
     char *base = xstrfmt("%s/tmp/pch", b->cache_dir);
@@ -1120,15 +1400,15 @@ static int ensure_pch(struct build *b, struct ca_err *err)
     static const char *const subdirs[] = {"pch", LIGHT_DIR, (LIGHT_DIR "/torch"), NULL};
     rc = make_dirs(tmp.data, subdirs, err);
     if (!rc)
-        rc = write_file(tmp.data, "pch/pch.h", pch_header, sizeof(pch_header) - 1, err);
+        rc = write_file(tmp.data, "pch/pch.h", spec->header, strlen(spec->header), err);
     if (!rc && b->opts->use_light)
         rc = write_light_headers(tmp.data, err);
     if (rc)
         goto out;
     struct compile__argv argv;
     compile__argv_init(&argv);
-    compile__argv_pushv(&argv, &b->cxx_flags);
-    if (b->opts->use_light) {
+    compile__argv_pushv(&argv, spec->flags);
+    if (spec->light) {
         compile__argv_push(&argv, "-I");
         compile__argv_push(&argv, LIGHT_DIR);
     }
@@ -1138,7 +1418,7 @@ static int ensure_pch(struct build *b, struct ca_err *err)
     static const char *const no_ro[] = {NULL};
     run_tool(&b->ctx, tmp.data, &argv, no_ro, &b->ctx.binds_cxx, &r);
     compile__argv_release(&argv);
-    rep->pch_us = r.elapsed_us;
+    rep->pch_us += r.elapsed_us;
     if (r.rc) {
         rc = r.rc;
         *err = r.err;
@@ -1185,10 +1465,10 @@ static int ensure_pch(struct build *b, struct ca_err *err)
         *err = e2;
         goto out;
     }
-    rep->pch_built = mv == 0;
+    rep->pch_built = rep->pch_built || mv == 0;
     b->stored = true;
 link:
-    b->pch_ready = link_pch_into_build(b, entry.data) == 0;
+    *spec->ready = link_pch_into_build(b, entry.data, spec->dir) == 0;
 out:
     if (tmp.len) {
         struct ca_err e3 = {0};
@@ -1232,10 +1512,16 @@ static void unit_logs(struct build *b, struct job *j, size_t *budget, size_t *om
     buf_init(&norm, 2 * RUN_OUTPUT_MAX + 4096);
     buf_init(&trimmed, 2 * RUN_OUTPUT_MAX + 4096);
     (void)!compile__log_normalize(sv_from(j->run.out.data, j->run.out.len), strip, &norm);
+    if (j->split_log.len) {
+        char *t = xstrfmt("%s (cut in two, then built whole)", ur->name);
+        log_add(b->rep, t, &j->split_log, strip);
+        free(t);
+    }
     char *title = xstrfmt("%s (%s%s)", ur->name, j->run.how,
-                          !j->retried ? ""
-                          : j->light  ? ", retried with the full torch headers"
-                                      : ", retried without the precompiled header");
+                          j->split_ok   ? ", cut in two: nvcc and c++ halves merged"
+                          : !j->retried ? ""
+                          : j->light    ? ", retried with the full torch headers"
+                                        : ", retried without the precompiled header");
     log_add(b->rep, title, &j->run.out, strip);
     free(title);
 
@@ -1279,15 +1565,16 @@ static int collect(struct build *b, struct ca_err *err)
         ur->ok = j->run.ok && !j->store_rc;
         ur->timed_out = j->run.timed_out;
         ur->used_pch = j->used_pch;
+        ur->split = j->split_ok;
         ur->elapsed_us = j->run.elapsed_us;
         b->rep->pch_used = b->rep->pch_used || j->used_pch;
         b->stored = b->stored || ur->ok;
         unit_logs(b, j, &budget, &omitted, &full);
         if (log_events_on())
             log_event("compile.unit", ur->elapsed_us,
-                      json_pack("{s:s, s:s, s:b, s:b, s:b}", "unit", ur->name, "role",
+                      json_pack("{s:s, s:s, s:b, s:b, s:b, s:b}", "unit", ur->name, "role",
                                 compile_role_name(ur->role), "ok", ur->ok, "pch", ur->used_pch,
-                                "timed_out", ur->timed_out));
+                                "split", ur->split, "timed_out", ur->timed_out));
     }
     if (omitted)
         (void)!buf_addf(&b->rep->errors, "[%zu more error lines omitted]\n", omitted);
@@ -1489,6 +1776,8 @@ static void build_release(struct build *b)
     compile__argv_release(&b->ctx.binds_link);
     compile__argv_release(&b->ctx.binds_cu_torch);
     compile__argv_release(&b->cu_torch_flags);
+    compile__argv_release(&b->split_flags);
+    compile__argv_release(&b->cu_torch_key);
     compile__argv_release(&b->cu_flags);
     compile__argv_release(&b->cxx_flags);
     free(b->cu_identity);
@@ -1552,6 +1841,8 @@ static int start(struct build *b, struct ca_err *err)
     compile__argv_init(&b->ctx.binds_link);
     compile__argv_init(&b->ctx.binds_cu_torch);
     compile__argv_init(&b->cu_torch_flags);
+    compile__argv_init(&b->split_flags);
+    compile__argv_init(&b->cu_torch_key);
     compile__argv_init(&b->cu_flags);
     compile__argv_init(&b->cxx_flags);
     make_env(b);
@@ -1610,7 +1901,7 @@ int compile_build(const struct compile_opts *opts, const char *snapshot_dir, con
     }
     bool torch = b.tc->have_torch;
     if (torch) {
-        bool need = false;
+        bool need = false, need_split = false;
         for (size_t i = 0; i < b.n; i++) {
             struct unit *u = &b.units[i];
             if (u->role == COMPILE_ROLE_CU)
@@ -1618,14 +1909,25 @@ int compile_build(const struct compile_opts *opts, const char *snapshot_dir, con
             unit_key(&b, u);
             memcpy(report->units[i].key, u->key, sizeof(u->key));
             report->units[i].ok = report->units[i].cached = u->hit;
-            /* nvcc with the torch headers is the longest job: it starts before the PCH. */
-            if (u->role == COMPILE_ROLE_CU_TORCH && !u->hit)
-                submit(&b, u, &report->units[i]);
+            if (u->role == COMPILE_ROLE_CU_TORCH)
+                need_split = need_split || !u->hit;
             else
                 need = need || !u->hit;
         }
+        /* The cu-torch units are the longest jobs: they start before the bindings' header,
+         * after the header of their torch halves (made once, then a cache hit). */
+        if (need_split && b.opts->use_split && b.opts->use_light && b.tc->cxx_is_gcc) {
+            struct pch_spec sp = split_pch(&b);
+            rc = ensure_pch(&b, &sp, err);
+            if (rc)
+                goto out;
+        }
+        for (size_t i = 0; i < b.n; i++)
+            if (b.units[i].role == COMPILE_ROLE_CU_TORCH && !b.units[i].hit)
+                submit(&b, &b.units[i], &report->units[i]);
         if (need && b.opts->use_pch && b.tc->cxx_is_gcc) {
-            rc = ensure_pch(&b, err);
+            struct pch_spec bp = binding_pch(&b);
+            rc = ensure_pch(&b, &bp, err);
             if (rc)
                 goto out;
         }
@@ -1691,10 +1993,17 @@ int compile_warm(const struct compile_opts *opts, struct ca_err *err)
         rc = err_setf(err, CA_EUNAVAIL, "%s", msg);
         free(msg);
     }
-    if (!rc && b.opts->use_pch && b.tc->cxx_is_gcc)
+    bool split = b.opts->inline_cuda && b.opts->use_split && b.opts->use_light;
+    if (!rc && (b.opts->use_pch || split) && b.tc->cxx_is_gcc)
         rc = prepare_build_dir(&b, err);
-    if (!rc && b.opts->use_pch && b.tc->cxx_is_gcc)
-        rc = ensure_pch(&b, err);
+    if (!rc && b.opts->use_pch && b.tc->cxx_is_gcc) {
+        struct pch_spec bp = binding_pch(&b);
+        rc = ensure_pch(&b, &bp, err);
+    }
+    if (!rc && split && b.tc->cxx_is_gcc) {
+        struct pch_spec sp = split_pch(&b);
+        rc = ensure_pch(&b, &sp, err);
+    }
     build_release(&b);
     compile_report_release(&rep);
     return rc;
@@ -1721,12 +2030,12 @@ json_t *compile_report_to_json(const struct compile_report *r)
         struct buf name;
         buf_init(&name, BUF_MAX_INTERNAL);
         (void)!buf_addstr(&name, u->name);
-        json_array_append_new(units,
-                              json_pack("{s:o, s:s, s:b, s:b, s:b, s:b, s:I, s:s, s:o}", "name",
-                                        text_json(&name), "role", compile_role_name(u->role), "ok",
-                                        u->ok, "cached", u->cached, "timed_out", u->timed_out,
-                                        "pch", u->used_pch, "elapsed_us", (json_int_t)u->elapsed_us,
-                                        "key", u->key, "log", text_json(&u->log)));
+        json_array_append_new(
+            units, json_pack("{s:o, s:s, s:b, s:b, s:b, s:b, s:b, s:I, s:s, s:o}", "name",
+                             text_json(&name), "role", compile_role_name(u->role), "ok", u->ok,
+                             "cached", u->cached, "timed_out", u->timed_out, "pch", u->used_pch,
+                             "split", u->split, "elapsed_us", (json_int_t)u->elapsed_us, "key",
+                             u->key, "log", text_json(&u->log)));
         buf_release(&name);
     }
     return json_pack("{s:b, s:s, s:o, s:{s:b, s:b, s:I}, s:{s:b, s:b, s:I}, s:I, s:s, s:s?, "

@@ -59,12 +59,16 @@ struct compile_opts {
     bool inline_cuda;         /* KernelBench mode: every kernels/NAME.cu is the cuda_sources of
                                  a load_inline call, built by nvcc with the torch headers
                                  (COMPILE_ROLE_CU_TORCH) as load_inline would build it */
+    bool use_split;           /* cu-torch units cut in two where the cut keeps their meaning:
+                                 the torch functions by c++ with a precompiled header, the rest
+                                 by nvcc without torch (compile.md); off: one nvcc unit each,
+                                 the baseline to measure against. Needs use_light. */
     const char *python;       /* NULL: $CUDA_AGENT_PYTHON, else python3 from PATH */
     uint64_t cache_max_bytes; /* pruned to this after a build that stored something;
                                  0: COMPILE_DEFAULT_CACHE_MAX; UINT64_MAX: never */
 };
 
-/* Defaults: everything 0/NULL but use_sandbox, use_pch and use_light, which are on. */
+/* Defaults: everything 0/NULL but use_sandbox, use_pch, use_light and use_split, which are on. */
 void compile_opts_init(struct compile_opts *o);
 
 enum compile_role {
@@ -83,6 +87,7 @@ struct compile_unit_report {
     bool cached;                   /* the object came from the cache: no compiler ran */
     bool timed_out;                /* its compiler was killed at timeout_ms */
     bool used_pch;                 /* compiled with the precompiled header */
+    bool split;                    /* cu-torch built as two halves (nvcc and c++), merged */
     int64_t elapsed_us;            /* the compiler's wall time (0 when cached) */
     char key[HASH128_HEX_LEN + 1]; /* object cache key; "" when never computed */
     struct buf log;                /* trimmed: errors, or warnings when it built */

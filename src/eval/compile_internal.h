@@ -135,6 +135,32 @@ int compile__cache_store(const char *file, const char *path, struct ca_err *err)
 int compile__copy_atomic(const char *src, const char *dst, mode_t mode,
                          struct ca_err *err) WARN_UNUSED_RESULT;
 
+/* ---- load_inline cuda sources cut in two (compile_split.c) ---- */
+
+/*
+ * A cu-torch source as two translation units with the source's line numbers (after a #line
+ * naming it): `dev`, for nvcc without torch (kernels, device code, every function that does not
+ * use torch), and `host`, for g++ with the split precompiled header (the host functions that
+ * use torch, their launches lowered to calls of the kernels' host stubs, and declarations of
+ * the rest). `host` is empty when no function uses torch. `dev_names` ("name\n" each) are the
+ * functions the host half uses and the dev half defines: the merged object must not leave them
+ * undefined (compile__split_check_object).
+ */
+struct compile__split {
+    struct buf dev, host, dev_names;
+    char why[200]; /* why not, when compile__split_source returns 1 */
+};
+
+void compile__split_init(struct compile__split *sp);
+void compile__split_release(struct compile__split *sp);
+/* 0: cut; 1: not cut (sp->why says why). Never an error: the source is built as one unit. */
+int compile__split_source(struct sv src, const char *name, struct compile__split *sp);
+/*
+ * Whether the relocatable object at path leaves one of names undefined (by its C name or its
+ * Itanium source name): 1 and why, 0 when none, negative when the file cannot be read.
+ */
+int compile__split_check_object(const char *path, struct sv names, char *why, size_t why_len);
+
 /* ---- compiler output (compile_log.c) ---- */
 
 /*

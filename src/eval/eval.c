@@ -62,6 +62,11 @@ static void compile_opts_for(const struct eval_opts *o, const char *cache, struc
     long long sec = t && *t ? strtoll(t, &end, 10) : 0;
     if (sec > 0 && sec <= 3600 && *end == '\0')
         co->timeout_ms = sec * 1000;
+    /* Cutting KernelBench sources in two is an accelerator; "0" turns it off, to measure
+     * against (bench/kb_compile.sh). */
+    const char *split = getenv("CUDA_AGENT_COMPILE_SPLIT");
+    if (split && strcmp(split, "0") == 0)
+        co->use_split = false;
 }
 
 int eval_warm(const struct eval_opts *o, struct ca_err *err)

@@ -97,11 +97,29 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
         if python3 -c 'import torch' 2>/dev/null; then
             expect "$name: --compile-only builds" 0 '"ok": true'
             assert "$name: the cuda source is a cu-torch unit" grep -q '"role": "cu-torch"' "$OUT"
+            # Built, or cached from a build, as two halves (compile.md "Split cu-torch units").
+            assert "$name: the cuda source is cut in two or cached" python3 -c '
+import json, sys
+units = json.load(open(sys.argv[1]))["compile"]["units"]
+cu = [u for u in units if u["role"] == "cu-torch"]
+sys.exit(0 if cu and all(u["split"] or u["cached"] for u in cu) else 1)' "$OUT"
         else
             expect "$name: passes the policy, then needs PyTorch (exit 69)" 69 "" "PyTorch is not importable"
             skip torch "$name: --compile-only builds" "PyTorch is not importable by python3 (set CUDA_AGENT_PYTHON)"
         fi
     done
+    if python3 -c 'import torch' 2>/dev/null; then
+        # The baseline: CUDA_AGENT_COMPILE_SPLIT=0 builds the cuda source as one nvcc unit. A
+        # comment of its own in the source, so that the object is not the cut one's, cached.
+        sed -e "s|^#include <cuda_runtime.h>$|#include <cuda_runtime.h>\n// whole $(date +%s%N)|" "$KB" >whole.py
+        CUDA_AGENT_COMPILE_SPLIT=0 run "$CA" eval --json --compile-only --task "$TASK" --kernelbench-file whole.py
+        expect "CUDA_AGENT_COMPILE_SPLIT=0: still builds" 0 '"ok": true'
+        assert "CUDA_AGENT_COMPILE_SPLIT=0: one nvcc unit, not cut" python3 -c '
+import json, sys
+units = json.load(open(sys.argv[1]))["compile"]["units"]
+cu = [u for u in units if u["role"] == "cu-torch"]
+sys.exit(0 if cu and not any(u["split"] or u["cached"] for u in cu) else 1)' "$OUT"
+    fi
 else
     skip nvcc "--compile-only cases" "nvcc not found"
 fi

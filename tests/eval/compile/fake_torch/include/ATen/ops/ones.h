@@ -1,0 +1,2 @@
+/* A stand-in for the real header in the compile tests. */
+#pragma once
