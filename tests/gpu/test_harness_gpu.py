@@ -155,8 +155,14 @@ def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
     assert "error" in t["compile"] or t["compile"]["n"] >= 10, first
     assert t["speedup_vs_eager"] > 0
     assert t["sol"]["flagged"] is False, first
+    # No matrix product, convolution or attention in these tasks: 0 FLOPs counted, the bytes
+    # bound the peak fraction.
+    assert t["sol"]["flops"] == 0 and t["sol"]["flops_uncounted_ops"], first
     if any(k in r["device"]["name"] for k in ("H100", "H200", "A100")):
         assert t["sol"]["sol_ms"] > 0
+        assert t["sol"]["peak_fraction_basis"] == "bytes", first
+        assert t["sol"]["peak_fraction"] == pytest.approx(
+            t["sol"]["sol_ms"] / t["candidate"]["median_ms"]), first
     # The same task again: baselines from the cache.
     second = evaluate(tmp_path, solution, built[solution],
                       args=["--baseline-cache", str(cache_dir)])

@@ -1,7 +1,7 @@
 """Tests of the input sets the evaluator derives from a task (CPU mode): derived shapes (a
 smaller batch and an odd size through the task's module-level ints, or a slice of the drawn
-tensors' shared leading dimension), refusals of derived shapes, and the value-stress set.
-Skipped, with the reason, without PyTorch."""
+tensors' shared leading dimension), refusals of derived shapes, the value-stress set, and the
+compute speed of light (FLOPs, peak_fraction). Skipped, with the reason, without PyTorch."""
 
 from __future__ import annotations
 
@@ -431,6 +431,135 @@ def test_value_stress_atol_follows_the_outputs_magnitude():
     assert info["scale"] == 1000.0 and info["float64_checked"] is False
     assert 300 < s.atol_scale[0] < 2000, s.atol_scale
     assert ev.growth(torch.ones(3), torch.ones(3) * 0.5) == 1.0  # never below 1
+
+
+# -- FLOPs and peak_fraction ----------------------------------------------------------------
+
+
+def test_count_flops_counts_matmuls_and_names_what_it_does_not_count():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.GELU()).eval()
+    s = ev.InputSet(0, "random", [torch.randn(8, 32)], torch.device("cpu"))
+    got = ev.count_flops(model, s, torch.device("cpu"))
+    assert got["flops"] == 2 * 8 * 32 * 16, got
+    assert "aten.gelu" in got["uncounted_ops"] and "aten.addmm" not in got["uncounted_ops"]
+    assert "error" not in got
+    # Only operators the counter has no formula for: 0 FLOPs, and it says which.
+    tanh = ev.count_flops(torch.nn.Tanh(), s, torch.device("cpu"))
+    assert tanh["flops"] == 0 and tanh["uncounted_ops"] == ["aten.tanh"], tanh
+
+    class Broken(torch.nn.Module):
+        def forward(self, x):
+            raise RuntimeError("no")
+
+    broken = ev.count_flops(Broken(), s, torch.device("cpu"))
+    assert broken["flops"] is None and "RuntimeError: no" in broken["error"]
+
+
+def test_speed_of_light_counts_flops_and_reports_peak_fraction():
+    s = ev.InputSet(0, "random", [torch.zeros(1 << 20)], torch.device("cpu"))
+    s.ref = [torch.zeros(1 << 20)]  # 8 MiB moved in all
+    h200 = {"type": "cuda", "name": "NVIDIA H200"}
+    flops = {"flops": 10 ** 12, "uncounted_ops": ["aten.relu"]}
+    sol_bytes = (8 << 20) / 4.8e12 * 1e3
+    sol_flops = 1e12 / 495e12 * 1e3  # strict fp32: the TF32 tensor rate
+    got = ev.speed_of_light(h200, s, 0, 10.0, flops, "strict")
+    assert got["flops"] == 10 ** 12 and got["peak_flops_per_s"] == 495e12
+    assert got["peak_flops_kind"] == "tf32" and got["flops_uncounted_ops"] == ["aten.relu"]
+    assert got["peak_flops_rates"] == {"fp32": 67e12, "tf32": 495e12, "fp16": 990e12}
+    assert got["sol_flops_ms"] == pytest.approx(sol_flops)
+    assert got["peak_fraction"] == pytest.approx(sol_flops / 10.0)
+    assert got["peak_fraction_basis"] == "flops" and got["flagged"] is False
+    # Faster than the FLOPs allow at half the TF32 rate: flagged, by the FLOPs only.
+    fast = ev.speed_of_light(h200, s, 0, 0.4 * sol_flops, flops, "strict")
+    assert fast["flagged"] is True and fast["flagged_by"] == ["flops"], fast
+    # tf32 mode: the fp16/bf16 dense rate bounds it, so the same time is possible there.
+    tf32 = ev.speed_of_light(h200, s, 0, 0.4 * sol_flops, flops, "tf32")
+    assert tf32["peak_flops_per_s"] == 990e12 and tf32["peak_flops_kind"] == "fp16"
+    assert tf32["flagged"] is False, tf32
+    # fp16 outputs: the fp16 rate in strict mode too.
+    s16 = ev.InputSet(0, "random", [torch.zeros(4, dtype=torch.float16)], torch.device("cpu"))
+    s16.ref = [torch.zeros(4, dtype=torch.float16)]
+    assert ev.speed_of_light(h200, s16, 0, 1.0, flops)["peak_flops_kind"] == "fp16"
+    # No FLOPs (an elementwise task): the bytes decide, and bound the fraction.
+    none = ev.speed_of_light(h200, s, 0, 2 * sol_bytes, {"flops": 0, "uncounted_ops": []})
+    assert none["sol_flops_ms"] is None and none["peak_fraction_basis"] == "bytes"
+    assert none["peak_fraction"] == pytest.approx(0.5)
+    assert ev.speed_of_light(h200, s, 0, 0.4 * sol_bytes, None)["flagged_by"] == ["bytes"]
+    a100 = ev.speed_of_light({"type": "cuda", "name": "NVIDIA A100-SXM4-80GB"}, s, 0, 1.0, flops)
+    assert a100["peak_flops_per_s"] == 156e12
+    pcie = ev.speed_of_light({"type": "cuda", "name": "NVIDIA H100 PCIe"}, s, 0, 1.0, flops)
+    assert pcie["peak_flops_per_s"] == 378e12 and pcie["peak_bytes_per_s"] == 2.0e12
+    for dev in ({"type": "cuda", "name": "Mystery"}, {"type": "cpu", "name": "cpu"}):
+        other = ev.speed_of_light(dev, s, 0, 1e-9, flops)
+        assert other["peak_flops_per_s"] is None and other["peak_fraction"] is None
+        assert other["flagged"] is False and other["flops"] == 10 ** 12
+
+
+LINEAR_TASK = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(37, 8)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+def get_inputs():
+    return [torch.randn(16, 37)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+LINEAR_EXT = "import torch\n\ndef f(x, w, b):\n    return torch.relu(x @ w.t() + b)\n"
+LINEAR_NEW = """
+import torch
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(37, 8)
+
+    def forward(self, x):
+        return cuda_extension.f(x, self.linear.weight, self.linear.bias)
+"""
+
+
+def test_flops_reported_and_cached_with_the_baselines(tmp_path):
+    cache = tmp_path / "cache"
+    run = evaluate(tmp_path, task=LINEAR_TASK, ext=LINEAR_EXT, new=LINEAR_NEW,
+                   args=["--baseline-cache", str(cache)])
+    assert run.rc == 0, run
+    sol = run.result["timing"]["sol"]
+    assert sol["flops"] == 2 * 16 * 37 * 8 and "aten.relu" in sol["flops_uncounted_ops"], sol
+    assert sol["peak_flops_per_s"] is None and sol["peak_fraction"] is None  # a CPU
+    (entry_file,) = cache.glob("baseline-*.json")
+    entry = json.loads(entry_file.read_text())
+    assert entry["flops"]["flops"] == 2 * 16 * 37 * 8
+    # From the cache the next time (a count written there is what comes back).
+    entry["flops"]["flops"] = 12345
+    entry_file.write_text(json.dumps(entry))
+    again = evaluate(tmp_path, task=LINEAR_TASK, ext=LINEAR_EXT, new=LINEAR_NEW,
+                     args=["--baseline-cache", str(cache)])
+    assert again.result["timing"]["baseline_cached"] is True, again
+    assert again.result["timing"]["sol"]["flops"] == 12345, again
+    # An entry from before FLOPs were counted gets them added.
+    del entry["flops"]
+    entry_file.write_text(json.dumps(entry))
+    old = evaluate(tmp_path, task=LINEAR_TASK, ext=LINEAR_EXT, new=LINEAR_NEW,
+                   args=["--baseline-cache", str(cache)])
+    assert old.result["timing"]["baseline_cached"] is True, old
+    assert json.loads(entry_file.read_text())["flops"]["flops"] == 2 * 16 * 37 * 8
 
 
 # -- the long-lived runner ------------------------------------------------------------------
