@@ -17,7 +17,9 @@ file), imports model_new.py by path, builds ModelNew(*init_inputs), loads Model'
 the set) and then, for every input set: poisons freed device memory with NaN (so unwritten
 output elements show), runs forward under torch.no_grad() directly on the arena's input views,
 synchronises, and copies each output into its arena slot for the trusted side to compare (the
-trusted side checks the inputs for mutation in place). It never sees the reference outputs or
+trusted side checks the inputs for mutation in place); where the forward raises an ordinary
+exception on a set the job marks may_refuse (a shape the evaluator derived), it reports the
+refusal and goes on with the next set. It never sees the reference outputs or
 the seeds. After all sets it waits for one stdin line: "time" (measure the forward on input
 set 0 with timing.measure and report; then, on a further line "post", run the post-timing
 input set, written to the arena only then, and report it like a verified one) or anything
@@ -27,6 +29,7 @@ Messages go to the trusted side as JSON lines on fd N (see docs/internals/harnes
   {"type": "ready"}                                  (--prewarm only, before reading DIR)
   {"type": "stage", "stage": NAME}
   {"type": "set", "index": i, "outputs": [META...], "forward_ms": T}
+  {"type": "set", "index": i, "refused": MESSAGE}     (the forward raised on a may_refuse set)
   {"type": "launches", "evidence": {...}}             (CUDA only, before "verified")
   {"type": "verified"}
   {"type": "timing", "stats": {...}}
@@ -398,6 +401,10 @@ class Runner:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         except BaseException as exc:  # noqa: BLE001
+            if self.may_refuse(i, exc):
+                message = hu.classify_exception(exc)[1]
+                self.chan.send({"type": "set", "index": i, "refused": hu.cap(message, 1024)})
+                return
             raise _fail_from(exc, "exception", f"forward on input set {i} raised", {"set": i})
         forward_ms = (_perf_counter() - t0) * 1e3
         try:
@@ -415,6 +422,15 @@ class Runner:
             raise _fail_from(exc, "exception", f"copying the outputs of set {i} failed",
                              {"set": i})
         self.chan.send({"type": "set", "index": i, "outputs": meta, "forward_ms": forward_ms})
+
+    def may_refuse(self, i: int, exc: BaseException) -> bool:
+        """Whether the forward's exception on set i is a refusal rather than a failure: only
+        on a set the job marks may_refuse (a shape the evaluator derived, not one the task
+        lists), and only an ordinary exception (a TORCH_CHECK, a ValueError); a CUDA error,
+        an out-of-memory error or SystemExit stays a failure."""
+        if not self.job["sets"][i].get("may_refuse") or not isinstance(exc, Exception):
+            return False
+        return hu.classify_exception(exc)[0] == "exception"
 
     def send_launch_evidence(self) -> None:
         """One more forward on input set 0 under the profiler: which GPU work ran inside the

@@ -3,9 +3,10 @@
 
     python3 harness/evaluate.py --task MODEL.py --candidate-dir DIR --so PATH/cuda_extension.so
         --out RESULT.json [--device cuda|cpu] [--seeds 5] [--adversarial-sets 1]
-        [--timing events|kernel] [--precision strict|tf32] [--atol 1e-2] [--rtol 1e-2]
-        [--baseline-cache DIR] [--budget-ms 2000] [--timeout 120] [--no-timing]
-        [--no-compile] [--python PATH] [--tmp-dir DIR] [--keep-temp] [--quiet]
+        [--derived-shapes 2] [--value-stress 1] [--timing events|kernel]
+        [--precision strict|tf32] [--atol 1e-2] [--rtol 1e-2] [--baseline-cache DIR]
+        [--budget-ms 2000] [--timeout 120] [--no-timing] [--no-compile] [--python PATH]
+        [--tmp-dir DIR] [--keep-temp] [--quiet]
 
 This process imports torch and the task file only; it never imports or runs candidate code.
 The candidate (the .so and DIR/model_new.py) runs in a child process, harness/candidate.py,
@@ -81,6 +82,17 @@ PEAK_BANDWIDTH = (
     ("A100", 2.0e12),
 )
 SOL_FLAG_FRACTION = 0.5
+# Peak dense arithmetic rates in FLOP/s, by a substring of the device name as above (NVIDIA's
+# data sheets; the sparse figures halved): "fp32" without tensor cores, "tf32" and "fp16"
+# (fp16/bf16) on tensor cores. Unknown devices: no FLOP bound.
+PEAK_FLOPS = (
+    ("H200 NVL", {"fp32": 60e12, "tf32": 417e12, "fp16": 835e12}),
+    ("H200", {"fp32": 67e12, "tf32": 495e12, "fp16": 990e12}),
+    ("H100 PCIe", {"fp32": 51e12, "tf32": 378e12, "fp16": 756e12}),
+    ("H100 NVL", {"fp32": 60e12, "tf32": 417e12, "fp16": 835e12}),
+    ("H100", {"fp32": 67e12, "tf32": 495e12, "fp16": 990e12}),
+    ("A100", {"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12}),
+)
 
 # Environment variables the candidate process inherits; everything else is dropped.
 ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "PYTHONPATH",
@@ -90,6 +102,13 @@ ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "PYTHONPATH",
 ADVERSARIAL_DOMAINS = ("real",)
 # Shapes a task may declare in EXTRA_SHAPES.
 MAX_EXTRA_SHAPES = 8
+# Derived shapes (a task without EXTRA_SHAPES): how many, and how many of the module-level ints
+# that get_inputs() reads are tried as sizes.
+DEFAULT_DERIVED_SHAPES = 2
+MAX_SIZE_PROBES = 8
+# Value stress: the floating inputs scaled by the largest of these factors at which the
+# reference stays finite, in float64 and in float32 alike.
+STRESS_FACTORS = (1000.0, 100.0, 10.0)
 # The least share of the forward's GPU time that must run inside the extension's functions.
 MIN_EXTENSION_SHARE = 0.25
 
@@ -137,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="random input sets from get_inputs() (default 5)")
     p.add_argument("--adversarial-sets", type=int, default=1,
                    help="extra sets with heavy-tailed mixed-sign float inputs (default 1)")
+    p.add_argument("--derived-shapes", type=int, default=DEFAULT_DERIVED_SHAPES,
+                   help="for a task without EXTRA_SHAPES: smaller input shapes derived from it "
+                        "(a batch, an odd size) verified too, at most this many (default 2, "
+                        "0 = none)")
+    p.add_argument("--value-stress", type=int, choices=(0, 1), default=1,
+                   help="one set with the floating inputs scaled far beyond get_inputs() "
+                        "(default 1, 0 = none)")
     p.add_argument("--timing", choices=("events", "kernel"), default="events")
     p.add_argument("--precision", choices=("strict", "tf32"), default="strict")
     p.add_argument("--rules", choices=("cuda-agent", "kernelbench"), default="cuda-agent",
@@ -297,7 +323,8 @@ def draw_inputs(task: Any, device: torch.device) -> list[Any]:
 class InputSet:
     def __init__(self, index: int, kind: str, drawn: list[Any], device: torch.device):
         self.index = index          # the "seed_index" reported (never the seed itself)
-        self.kind = kind            # "random", "adversarial", "shape" or "post-timing"
+        # "random", "adversarial", "value-stress", "shape", "derived-shape" or "post-timing"
+        self.kind = kind
         self.orig = [to_device(clone_arg(x), device) for x in drawn]  # pristine, never mutated
         self.slots: list[dict[str, Any]] = []    # where its inputs lie in the arena
         self.out_slots: list[dict[str, Any]] = []  # where the candidate puts its outputs
@@ -310,10 +337,29 @@ class InputSet:
         self.init: list[Any] | None = None
         self.model: torch.nn.Module | None = None
         self.model_index = 0
+        # kind "derived-shape": how it was derived ({"sizes": {...}} or {"slice": {...}}), its
+        # entry in the result's derived_shapes (its status is kept there); the candidate may
+        # refuse such a set with an exception (may_refuse).
+        self.derived: dict[str, Any] | None = None
+        self.note: dict[str, Any] | None = None
+        self.may_refuse = False
+        # kind "value-stress": the factor its floating inputs were scaled by, the inputs it
+        # scaled, and per output the factor its atol is multiplied by (the growth of the
+        # output's magnitude); the precision rule is recorded there, not enforced.
+        self.scale: float | None = None
+        self.scaled_inputs: list[int] = []
+        self.atol_scale: list[float] | None = None
+        self.enforce_precision = True
 
 
-def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device,
-              log: Log) -> tuple[list[InputSet], dict[str, Any]]:
+def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device, log: Log,
+              n_derived: int = 0, stress: int = 0) -> tuple[list[InputSet], dict[str, Any]]:
+    """The evaluation's input sets, in order: n_random from get_inputs(), n_adv adversarial,
+    the value-stress set (stress: drawn here, scaled by choose_stress_scale once the reference
+    model exists), the task's EXTRA_SHAPES, or else up to n_derived derived shapes. Returns the
+    sets and what the result's verification section says about them: "adversarial",
+    "value_stress", "derived_shapes" (one entry per derivation, with its status) and
+    "derived_shapes_note" (why there are none, or None)."""
     sets: list[InputSet] = []
     for i in range(n_random):
         torch.manual_seed(secret_seed())
@@ -325,22 +371,31 @@ def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device,
         torch.manual_seed(seed)
         raw = draw_inputs(task, device)
         gen = torch.Generator(device=device).manual_seed(seed ^ 0x5DEECE66D)
-        changed = []
-        for k, x in enumerate(raw):
-            if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-                continue
-            domain = domains.get(k, "real")
-            if domain not in ADVERSARIAL_DOMAINS:
-                info["left_as_drawn"][str(k)] = domain
-                continue
-            raw[k] = heavy_tailed_like(x, gen)
-            changed.append(k)
-        info["inputs"] = changed
+        changed, left = real_inputs(raw, domains)
+        info["inputs"], info["left_as_drawn"] = changed, left
+        for k in changed:
+            raw[k] = heavy_tailed_like(raw[k], gen)
         if not changed:
             info["skipped"] = "no floating-point input may take adversarial values"
             log("adversarial set skipped: no eligible input")
             break
         sets.append(InputSet(n_random + a, "adversarial", raw, device))
+    stress_info: dict[str, Any] | None = None
+    if stress:
+        torch.manual_seed(secret_seed())
+        raw = draw_inputs(task, device)
+        eligible, left = real_inputs(raw, domains)
+        stress_info = {"scale": None, "inputs": eligible, "left_as_drawn": left}
+        if eligible:
+            st = InputSet(len(sets), "value-stress", raw, device)
+            st.scaled_inputs = eligible
+            sets.append(st)
+        else:
+            stress_info["skipped"] = "no floating-point input may take scaled values"
+            log("value-stress set skipped: no eligible input")
+        del raw
+    else:
+        stress_info = {"scale": None, "skipped": "disabled (--value-stress 0)"}
     shapes = extra_shapes(task)
     default_init = init_with(task, {}) if shapes else []
     for shape in shapes:
@@ -351,7 +406,31 @@ def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device,
         if not same_args(init, default_init):
             s.init = init  # sizes the model's parameters depend on: a model of its own
         sets.append(s)
-    return sets, info
+    if shapes:
+        derived, notes, why_none = [], [], "the task declares EXTRA_SHAPES"
+    elif n_derived <= 0:
+        derived, notes, why_none = [], [], "disabled (--derived-shapes 0)"
+    else:
+        derived, notes, why_none = derive_shapes(task, sets[0].orig, n_derived, len(sets),
+                                                 device)
+    sets += derived
+    return sets, {"adversarial": info, "value_stress": stress_info, "derived_shapes": notes,
+                  "derived_shapes_note": why_none}
+
+
+def real_inputs(raw: list[Any], domains: dict[int, str]) -> tuple[list[int], dict[str, str]]:
+    """The floating-point tensor inputs that may take other values than get_inputs() gives
+    (domain "real"), and those INPUT_DOMAINS protects ({index: domain})."""
+    eligible, left = [], {}
+    for k, x in enumerate(raw):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            continue
+        domain = domains.get(k, "real")
+        if domain in ADVERSARIAL_DOMAINS:
+            eligible.append(k)
+        else:
+            left[str(k)] = domain
+    return eligible, left
 
 
 def same_args(a: list[Any], b: list[Any]) -> bool:
@@ -420,22 +499,311 @@ def init_with(task: Any, overrides: dict[str, int]) -> list[Any]:
 
 
 def shape_models(task: Any, sets: list[InputSet], device: torch.device) -> list[Any]:
-    """A reference model for each extra-shape set whose sizes change get_init_inputs(), built
-    like the task's own (fresh secret seed) and set on it; returns them in the job's order
-    (the task's own model is number 0)."""
+    """A reference model for each extra-shape or derived set whose sizes change
+    get_init_inputs(), built like the task's own (fresh secret seed) and set on it unless it
+    has one already; returns them in the job's order (the task's own model is number 0)."""
     models = []
     for s in sets:
         if s.init is None:
             continue
-        torch.manual_seed(secret_seed())
-        init = s.init
-        what = "Model(*get_init_inputs()) at " + ", ".join(
-            f"{k}={v}" for k, v in (s.overrides or {}).items())
-        m = task_call(what, lambda: task.Model(*init))
-        s.model = task_call(f"moving {what} to the device", lambda: m.to(device).eval())
+        if s.model is None:
+            build_own_model(task, s, device)
         models.append(s.model)
         s.model_index = len(models)
     return models
+
+
+def build_own_model(task: Any, s: InputSet, device: torch.device) -> None:
+    """s.model = Model(*s.init) on the device, from a fresh secret seed (EvalError
+    "task_error" if the task refuses)."""
+    s.model = model_at(task, s.init or [], s.overrides or {}, device)
+
+
+def model_at(task: Any, init: list[Any], sizes: dict[str, int],
+             device: torch.device) -> torch.nn.Module:
+    """Model(*init) (the init inputs at some sizes) on the device, in eval mode, from a fresh
+    secret seed; EvalError "task_error" if the task refuses."""
+    torch.manual_seed(secret_seed())
+    what = "Model(*get_init_inputs()) at " + ", ".join(f"{k}={v}" for k, v in sizes.items())
+    m = task_call(what, lambda: task.Model(*init))
+    return task_call(f"moving {what} to the device", lambda: m.to(device).eval())
+
+
+# ---------------------------------------------------------------------------------------
+# Derived input sets: shapes and values the task does not list
+
+
+def smaller_odd(v: int) -> int | None:
+    """An odd size well below v (about a quarter), or None when there is none (v < 2)."""
+    if v < 2:
+        return None
+    t = max(1, v // 4)
+    return t - 1 if t % 2 == 0 else t
+
+
+def size_names(task: Any) -> list[str]:
+    """The module-level ints get_inputs() reads, directly or in a function of the task
+    module it calls, in the order it first names them (bools are not sizes)."""
+    found: list[str] = []
+    seen_code: set[int] = set()
+    module_vars = vars(task)
+
+    def walk(code: Any) -> None:
+        if id(code) in seen_code:
+            return
+        seen_code.add(id(code))
+        for name in code.co_names:
+            v = module_vars.get(name)
+            if isinstance(v, int) and not isinstance(v, bool):
+                if name not in found:
+                    found.append(name)
+            elif inspect.isfunction(v) and v.__module__ == task.__name__:
+                walk(v.__code__)
+        for c in code.co_consts:
+            if inspect.iscode(c):
+                walk(c)
+
+    code = getattr(getattr(task, "get_inputs", None), "__code__", None)
+    if code is not None:
+        walk(code)
+    return found
+
+
+def changed_dims(base: list[Any], drawn: list[Any]) -> set[tuple[int, int]] | None:
+    """The (input, dimension) pairs whose sizes differ between two draws; None when the draws
+    differ in anything but sizes (number of inputs, tensor or not, rank, dtype)."""
+    if len(base) != len(drawn):
+        return None
+    out: set[tuple[int, int]] = set()
+    for k, (a, b) in enumerate(zip(base, drawn)):
+        if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+            return None
+        if not isinstance(a, torch.Tensor):
+            continue
+        if a.dim() != b.dim() or a.dtype != b.dtype:
+            return None
+        out |= {(k, d) for d, (p, q) in enumerate(zip(a.shape, b.shape)) if p != q}
+    return out
+
+
+def derivation_label(d: dict[str, Any]) -> str:
+    """How a derived shape is named in messages: "batch_size=3", "leading dimension 15 of 64"."""
+    if "sizes" in d:
+        return ", ".join(f"{k}={v}" for k, v in d["sizes"].items())
+    sl = d["slice"]
+    return f"leading dimension {sl['size']} of {sl['of']}"
+
+
+def derive_shapes(task: Any, base: list[Any], limit: int, first_index: int,
+                  device: torch.device) -> tuple[list[InputSet], list[dict[str, Any]],
+                                                 str | None]:
+    """Up to `limit` smaller input shapes for a task that lists none (docs/internals/harness.md,
+    "Derived shapes"): through the module-level ints get_inputs() reads, each tried at a smaller
+    odd value (a draw whose shapes change makes it a size): first a batch (the int that changes
+    the first tensor input's leading dimension), then the largest other size; where no int
+    changes a shape, the tensors' shared leading dimension sliced. Returns the sets (kind
+    "derived-shape", may be refused by the candidate), one note per derivation tried
+    ({"sizes" | "slice", "status", "reason", "own_model"}: "pending" until compared, "dropped"
+    with the reason when unusable) and why there is none (None when there is one)."""
+    notes: list[dict[str, Any]] = []
+    base_bytes = sum(nbytes(x) for x in base)
+    lead = next((k for k, x in enumerate(base) if isinstance(x, torch.Tensor) and x.dim() >= 1),
+                None)
+    default_init: list[Any] | None = None
+    batch: tuple | None = None  # (sizes, drawn, init or None)
+    odd: tuple | None = None    # the same, with its rank key first
+    tried = 0
+    for name in size_names(task):
+        d = smaller_odd(getattr(task, name))
+        if d is None:
+            continue
+        if tried == MAX_SIZE_PROBES:
+            break
+        tried += 1
+        sizes = {name: d}
+        torch.manual_seed(secret_seed())
+        try:
+            drawn = draw_with(task, sizes, device)
+            init = init_with(task, sizes)
+            if default_init is None:
+                default_init = init_with(task, {})
+        except EvalError as e:
+            notes.append({"sizes": sizes, "status": "dropped", "own_model": False,
+                          "reason": hu.cap(f"the task refuses it: {e.message}", 512)})
+            continue
+        changed = changed_dims(base, drawn)
+        if changed is None:
+            notes.append({"sizes": sizes, "status": "dropped", "own_model": False,
+                          "reason": "the inputs drawn at that size differ in number, kind, "
+                                    "rank or dtype"})
+            continue
+        if not changed:
+            continue  # not a size of the inputs
+        if sum(nbytes(x) for x in drawn) >= base_bytes:
+            notes.append({"sizes": sizes, "status": "dropped", "own_model": False,
+                          "reason": "its inputs are not smaller than the task's own"})
+            continue
+        own = None if same_args(init, default_init) else init
+        model = None
+        if own is not None:  # built now, so that a size its constructor refuses is passed over
+            try:
+                model = model_at(task, own, sizes, device)
+            except EvalError as e:
+                notes.append({"sizes": sizes, "status": "dropped", "own_model": True,
+                              "reason": hu.cap(f"the task refuses it: {e.message}", 512)})
+                continue
+        if batch is None and lead is not None and (lead, 0) in changed:
+            batch = (sizes, drawn, own, model)
+        else:
+            # The largest size first; on a tie one that leaves the model as it is (cheaper).
+            key = (getattr(task, name), own is None)
+            if odd is None or key > odd[0]:
+                odd = (key, sizes, drawn, own, model)
+        del drawn, model
+    chosen = [c for c in (batch, odd[1:] if odd else None) if c is not None][:limit]
+    sets: list[InputSet] = []
+    for sizes, drawn, own, model in chosen:
+        s = InputSet(first_index + len(sets), "derived-shape", drawn, device)
+        s.overrides, s.init, s.model, s.derived = sizes, own, model, {"sizes": sizes}
+        sets.append(s)
+    if not sets:
+        tensors = [x for x in base if isinstance(x, torch.Tensor) and x.dim() >= 1]
+        leads = {int(x.shape[0]) for x in tensors}
+        size = smaller_odd(next(iter(leads))) if len(leads) == 1 else None
+        if size is None:
+            why = ("no module-level int that get_inputs() reads changes the inputs' shapes, and "
+                   "the tensor inputs share no leading dimension of 2 or more to slice")
+            return [], notes, why
+        torch.manual_seed(secret_seed())
+        raw = draw_inputs(task, device)
+        drawn = [x[:size].clone() if isinstance(x, torch.Tensor) and x.dim() >= 1 else x
+                 for x in raw]
+        del raw
+        s = InputSet(first_index, "derived-shape", drawn, device)
+        s.derived = {"slice": {"dim": 0, "size": size, "of": next(iter(leads))}}
+        sets.append(s)
+    for s in sets:
+        s.may_refuse = True
+        s.note = {**(s.derived or {}), "status": "pending", "reason": None,
+                  "own_model": s.init is not None}
+        notes.append(s.note)
+    return sets, notes, None
+
+
+def validate_derived(task: Any, sets: list[InputSet], model: torch.nn.Module,
+                     device: torch.device, log: Log) -> list[InputSet]:
+    """The reference must run on every derived set (with a model of its own where the sizes
+    change get_init_inputs()) and give outputs no larger than the task's own (sets[0]'s
+    references computed already); a set it refuses is dropped, its note saying why. Computes
+    the kept sets' references; returns the sets kept."""
+    out0 = sum(nbytes(r) for r in sets[0].ref)
+    kept = []
+    for s in sets:
+        if s.kind != "derived-shape":
+            kept.append(s)
+            continue
+        why = None
+        try:
+            if s.init is not None and s.model is None:
+                build_own_model(task, s, device)
+            compute_reference(s.model or model, s, device)
+            if sum(nbytes(r) for r in s.ref) > out0:
+                why = "its outputs are larger than the task's own"
+        except EvalError as e:
+            why = f"the reference refuses it: {e.message}"
+        if why is None:
+            kept.append(s)
+            continue
+        assert s.note is not None
+        s.note.update(status="dropped", reason=hu.cap(why, 512))
+        log(f"derived shape {derivation_label(s.derived or {})} dropped: {why}")
+    return kept
+
+
+def choose_stress_scale(s: InputSet, model: torch.nn.Module,
+                        model64: torch.nn.Module | None, device: torch.device,
+                        info: dict[str, Any]) -> bool:
+    """Scales the value-stress set's eligible inputs by the largest of STRESS_FACTORS at which
+    the reference stays finite wherever it is finite on the unscaled draw, in float64 (rounded
+    to the output's dtype) and in float32, with the same non-finite positions in both (an fp32
+    reference that overflows where float64 does not cannot be trusted at that scale). Fills
+    its references (ref64 too, where a float64 model exists), the atol factors (how much each
+    output's RMS grew, at least 1) and info; False (info["skipped"] says why) when no factor
+    qualifies."""
+    base = s.orig
+    compute_reference(model, s, device)  # the unscaled draw: finite positions, magnitudes
+    base_ref = s.ref
+    tried = []
+    for f in STRESS_FACTORS:
+        s.orig = [x * f if k in s.scaled_inputs else x for k, x in enumerate(base)]
+        why = None
+        if any(bool((torch.isfinite(base[k]) & ~torch.isfinite(s.orig[k])).any())
+               for k in s.scaled_inputs):
+            why = "the scaled inputs overflow their dtype"
+        else:
+            try:
+                compute_reference(model, s, device)
+            except EvalError as e:
+                why = f"the reference raised: {e.message}"
+        if why is None:
+            s.ref64 = None
+            if model64 is not None:
+                compute_reference64(model64, s)
+            why = stress_rejection(base_ref, s.ref, s.ref64)
+        if why is None:
+            s.scale, s.enforce_precision = f, False
+            s.atol_scale = [growth(b, r) for b, r in zip(base_ref, s.ref)]
+            info.update(scale=f, atol_scale=s.atol_scale, float64_checked=s.ref64 is not None)
+            if tried:
+                info["rejected"] = tried
+            return True
+        tried.append({"scale": f, "why": hu.cap(why, 300)})
+    s.orig, s.ref, s.ref64 = base, [], None
+    info.update(rejected=tried, skipped=f"no factor of {list(STRESS_FACTORS)} keeps the "
+                                        "reference finite")
+    return False
+
+
+def stress_rejection(base_ref: list[Any], ref: list[Any], ref64: list[Any] | None) -> str | None:
+    """Why a scaled set's references are unusable (choose_stress_scale), or None."""
+    for j, (b, r) in enumerate(zip(base_ref, ref)):
+        if not isinstance(r, torch.Tensor):
+            if isinstance(r, float) and isinstance(b, float) and math.isfinite(b) and \
+                    not math.isfinite(r):
+                return f"output {j} of the reference is not finite"
+            continue
+        if not r.is_floating_point():
+            continue
+        if not isinstance(b, torch.Tensor) or b.shape != r.shape:
+            return f"output {j}'s shape depends on the input values"
+        finite = torch.isfinite(b)
+        r64 = ref64[j] if ref64 is not None else None
+        if isinstance(r64, torch.Tensor) and r64.shape == r.shape:
+            c = r64.to(r.dtype)
+            if bool((finite & ~torch.isfinite(c)).any()):
+                return (f"output {j} of the float64 reference is not finite in {r.dtype} where "
+                        "the unscaled one is")
+            if not bool((torch.isfinite(r) == torch.isfinite(c)).all()):
+                return (f"output {j} of the {r.dtype} reference is not finite where the float64 "
+                        "one is (the task's own reference cannot be trusted at that scale)")
+        elif bool((finite & ~torch.isfinite(r)).any()):
+            return f"output {j} of the reference is not finite where the unscaled one is"
+    return None
+
+
+def growth(b: Any, r: Any) -> float:
+    """How much an output's RMS (over finite elements) grew from b to r; at least 1."""
+    if not (isinstance(b, torch.Tensor) and isinstance(r, torch.Tensor)
+            and r.is_floating_point() and r.numel()):
+        return 1.0
+
+    def rms(t: torch.Tensor) -> float:
+        t = t.detach().to(torch.float64)
+        t = t[torch.isfinite(t)]
+        return math.sqrt(float((t * t).mean())) if t.numel() else 0.0
+
+    rb, rr = rms(b), rms(r)
+    return max(1.0, rr / rb) if rb > 0 and math.isfinite(rr / rb) else 1.0
 
 
 def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -457,8 +825,10 @@ class SetPrefetch:
     """Input sets drawn ahead of time by a long-lived runner (harness/worker.py) while it waits
     for its next job: after an evaluation, the next evaluation's sets for the same task are
     drawn in a background thread, with fresh secret seeds that nothing outside this process
-    ever sees. A warm evaluation of that task then does not wait for get_inputs() and the
-    adversarial draw (seconds on the CPU for large inputs). Used once; dropped when the next
+    ever sees. A warm evaluation of that task then does not wait for get_inputs(), the
+    adversarial draw and the derived shapes' probes (seconds on the CPU for large inputs); the
+    checks that need the evaluation's reference model (validate_derived,
+    choose_stress_scale) run in the evaluation. Used once; dropped when the next
     job is for another task or other counts."""
 
     def __init__(self) -> None:
@@ -466,8 +836,8 @@ class SetPrefetch:
         self._key: tuple | None = None
         self._result: tuple[list[InputSet], dict[str, Any]] | None = None
 
-    def start(self, key: tuple, task: Any, n_random: int, n_adv: int,
-              device: torch.device) -> None:
+    def start(self, key: tuple, task: Any, n_random: int, n_adv: int, device: torch.device,
+              n_derived: int = 0, stress: int = 0) -> None:
         self.wait()
         self._key, self._result = key, None
 
@@ -475,7 +845,8 @@ class SetPrefetch:
             try:
                 if device.type == "cuda":
                     torch.cuda.set_device(device)
-                self._result = draw_sets(task, n_random, n_adv, device, Log(True))
+                self._result = draw_sets(task, n_random, n_adv, device, Log(True), n_derived,
+                                         stress)
             except Exception:  # the job will draw its own sets and report any error
                 self._result = None
 
@@ -676,13 +1047,28 @@ def precision_record(j: int, got: torch.Tensor, ref: torch.Tensor,
             "ratio": cand_err / ref_err if ref_err > 0 else None, "ok": cand_err <= threshold}
 
 
+def set_label(s: InputSet) -> str:
+    """How messages name a set: "random", "shape rows=3", "derived-shape batch_size=3",
+    "value-stress, inputs x1000"."""
+    if s.kind == "shape" and s.overrides:
+        return "shape " + ", ".join(f"{k}={v}" for k, v in s.overrides.items())
+    if s.derived:
+        return "derived-shape " + derivation_label(s.derived)
+    if s.scale:
+        return f"value-stress, inputs x{s.scale:g}"
+    return s.kind
+
+
 def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device: torch.device,
               atol: float, rtol: float, precision: str) -> dict[str, Any]:
     """Compares one set: outs, the candidate's outputs (received_outputs), and after, its
     inputs after the forward (arena_inputs). Returns the set's record; raises EvalError on the
     first failure."""
     record: dict[str, Any] = {"seed_index": s.index, "kind": s.kind, "ok": False,
-                              **({"shape": s.overrides} if s.overrides else {}),
+                              **({"shape": s.overrides} if s.kind == "shape" else {}),
+                              **({"derived": s.derived} if s.derived else {}),
+                              **({"scale": s.scale, "atol_scale": s.atol_scale}
+                                 if s.scale else {}),
                               **({"own_model": True} if s.model is not None else {}),
                               "max_abs_diff": None, "mismatches": 0, "first_mismatches": [],
                               "outputs": []}
@@ -698,6 +1084,7 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
                                           f"{m.get('device')}, Model's on {r.device.type}",
                                 {"set": s.index, "output": j})
     got_leaves = []
+    out_atol = s.atol_scale if s.atol_scale is not None else [1.0] * len(s.ref)
     for j, (g, r) in enumerate(zip(outs, s.ref)):
         if isinstance(r, torch.Tensor) != isinstance(g, torch.Tensor):
             raise EvalError("output_type",
@@ -715,9 +1102,9 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
                                 {"set": s.index, "output": j, "got": str(g.dtype),
                                  "expected": str(r.dtype)})
             g = g.to(device)
-            rec = compare_tensor(j, g, r, atol, rtol)
+            rec = compare_tensor(j, g, r, atol * out_atol[j], rtol)
         else:
-            rec = compare_number(j, g, r, atol, rtol)
+            rec = compare_number(j, g, r, atol * out_atol[j], rtol)
         got_leaves.append(g)
         record["outputs"].append(rec)
     diffs = [o["max_abs_diff"] for o in record["outputs"] if o["max_abs_diff"] is not None]
@@ -728,10 +1115,9 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
     if record["mismatches"]:
         nonfinite = sum(o["nonfinite_mismatches"] for o in record["outputs"])
         first = record["first_mismatches"][0] if record["first_mismatches"] else None
-        what = s.kind + (" " + ", ".join(f"{k}={v}" for k, v in s.overrides.items())
-                         if s.overrides else "")
-        msg = (f"input set {s.index} ({what}): {record['mismatches']} element(s) differ "
-               f"beyond atol={atol:g}, rtol={rtol:g}")
+        scaled = f" (x{max(out_atol):g} on this set)" if max(out_atol, default=1.0) > 1 else ""
+        msg = (f"input set {s.index} ({set_label(s)}): {record['mismatches']} element(s) differ "
+               f"beyond atol={atol:g}{scaled}, rtol={rtol:g}")
         if nonfinite:
             msg += f" ({nonfinite} with NaN/Inf where Model has none, or the reverse)"
         if record["max_abs_diff"] is not None:
@@ -775,8 +1161,10 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
                 if p is not None:
                     precs.append(p)
         record["precision"] = precs
+        if not s.enforce_precision:
+            record["precision_enforced"] = False
         worst = [p for p in precs if not p["ok"]]
-        if worst and precision == "strict":
+        if worst and precision == "strict" and s.enforce_precision:
             p = worst[0]
             raise EvalError(
                 "precision",
@@ -1013,9 +1401,23 @@ def check_reported(arena: ar.Arena, s: InputSet, msg: dict[str, Any], device: to
                    atol: float, rtol: float, precision: str) -> dict[str, Any]:
     """check_set on what a "set" message reported: its outputs from the arena, its inputs in
     place."""
+    if "refused" in msg:
+        return refused_record(s, msg.get("refused"))
     meta = msg.get("outputs")
     return check_set(s, meta, received_outputs(arena, s, meta), arena_inputs(arena, s), device,
                      atol, rtol, precision)
+
+
+def refused_record(s: InputSet, why: Any) -> dict[str, Any]:
+    """The record of a set the candidate refused (its forward raised): allowed for derived
+    shapes only (job.json's may_refuse), a protocol failure for any other set."""
+    if not s.may_refuse:
+        raise EvalError("protocol", f"input set {s.index} ({set_label(s)}): the candidate "
+                                    "reported a refusal, which only a derived shape may get",
+                        {"set": s.index})
+    return {"seed_index": s.index, "kind": s.kind, "ok": True, "derived": s.derived,
+            "refused": hu.cap(str(why), 1024), "max_abs_diff": None, "mismatches": 0,
+            "first_mismatches": [], "outputs": []}
 
 
 def check_launches(ev: Any, rules: str = "cuda-agent") -> str | None:
@@ -1233,68 +1635,146 @@ def read_baseline_cache(path: str, key: dict) -> dict[str, Any]:
         return {}
     if not isinstance(entry, dict) or entry.get("key") != key:
         return {}
-    return {k: entry[k] for k in ("eager", "compile") if isinstance(entry.get(k), dict)}
+    return {k: entry[k] for k in ("eager", "compile", "flops") if isinstance(entry.get(k), dict)}
 
 
 def measure_baselines(opts: argparse.Namespace, model: torch.nn.Module, s: InputSet,
                       device: torch.device, key: dict, log: Log) -> tuple[dict, bool]:
+    """Eager and torch.compile timings on set s, and the reference's FLOPs on it
+    (count_flops), from the cache where it has them; returns ({"eager", "compile", "flops"},
+    whether the timings came from the cache)."""
     path = baseline_cache_path(opts.baseline_cache, key) if opts.baseline_cache else None
     cached = read_baseline_cache(path, key) if path else {}
     want_compile = not opts.no_compile
-    if "eager" in cached and (not want_compile or "compile" in cached):
-        log("baselines from the cache")
-        out = {"eager": cached["eager"], "compile": cached.get("compile") if want_compile
-               else None}
-        return out, True
-
-    set_precision(opts.precision)  # tf32: the baselines may use TF32 too (fair comparison)
-
-    make_inputs = timing.varied_copies(s.orig)
     results = dict(cached)
-    if "eager" not in results:
-        log("timing eager")
-        results["eager"] = timing.measure(lambda *a: model(*a), make_inputs, device,
-                                          opts.budget_ms, opts.timing)
-    if want_compile and "compile" not in results:
-        log("compiling and timing torch.compile")
-        t0 = time.monotonic()
-        try:
-            compiled = torch.compile(model)
-            with torch.no_grad():
-                compiled(*make_inputs())
-            sync(device)
-            compile_s = time.monotonic() - t0
-            stats = timing.measure(compiled, make_inputs, device, opts.budget_ms, opts.timing)
-            stats["compile_s"] = compile_s
-        except Exception as exc:  # a task torch.compile cannot handle: reported, not fatal
-            stats = {"error": hu.cap(f"{type(exc).__name__}: {exc}", 2048)}
-        results["compile"] = stats
-    if path:
+    if "flops" not in results:  # once per task where there is a cache (before any TF32)
+        results["flops"] = count_flops(model, s, device)
+    hit = "eager" in cached and (not want_compile or "compile" in cached)
+    if hit:
+        log("baselines from the cache")
+    else:
+        set_precision(opts.precision)  # tf32: the baselines may use TF32 too (fair comparison)
+        make_inputs = timing.varied_copies(s.orig)
+        if "eager" not in results:
+            log("timing eager")
+            results["eager"] = timing.measure(lambda *a: model(*a), make_inputs, device,
+                                              opts.budget_ms, opts.timing)
+        if want_compile and "compile" not in results:
+            log("compiling and timing torch.compile")
+            t0 = time.monotonic()
+            try:
+                compiled = torch.compile(model)
+                with torch.no_grad():
+                    compiled(*make_inputs())
+                sync(device)
+                compile_s = time.monotonic() - t0
+                stats = timing.measure(compiled, make_inputs, device, opts.budget_ms,
+                                       opts.timing)
+                stats["compile_s"] = compile_s
+            except Exception as exc:  # a task torch.compile cannot handle: reported, not fatal
+                stats = {"error": hu.cap(f"{type(exc).__name__}: {exc}", 2048)}
+            results["compile"] = stats
+    if path and (not hit or "flops" not in cached):
         os.makedirs(opts.baseline_cache, exist_ok=True)
-        entry = {"key": key, "created_unix": time.time(), "eager": results.get("eager")}
-        if "compile" in results:
-            entry["compile"] = results["compile"]
+        entry = {"key": key, "created_unix": time.time(),
+                 **{k: results[k] for k in ("eager", "compile", "flops") if k in results}}
         hu.write_json_atomic(path, entry)
     return {"eager": results.get("eager"),
-            "compile": results.get("compile") if want_compile else None}, False
+            "compile": results.get("compile") if want_compile else None,
+            "flops": results["flops"]}, hit
+
+
+def count_flops(model: torch.nn.Module, s: InputSet, device: torch.device) -> dict[str, Any]:
+    """The FLOPs of one reference forward on set s, by torch.utils.flop_counter.FlopCounterMode:
+    {"flops": int | None, "uncounted_ops": [names], "error"?: str}. The counter has formulas
+    for matrix products, convolutions and attention only; every other operator the forward
+    runs (elementwise, reductions, softmax; views aside) counts 0 and is named in
+    uncounted_ops. Never raises: a forward the counter cannot follow gives flops None and the
+    error."""
+    try:
+        from torch.utils.flop_counter import FlopCounterMode, flop_registry
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError as exc:
+        return {"flops": None, "uncounted_ops": [], "error": f"no flop counter: {exc}"}
+
+    class OpRecorder(TorchDispatchMode):
+        """Below the counter: sees each operator it runs, after its decompositions."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.uncounted: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            packet = getattr(func, "_overloadpacket", None)
+            if packet not in flop_registry and not getattr(func, "is_view", False):
+                name = str(packet if packet is not None else func)
+                self.uncounted[name] = self.uncounted.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    args = [clone_arg(x) for x in s.orig]
+    recorder = OpRecorder()
+    try:
+        with torch.no_grad(), recorder, FlopCounterMode(display=False) as counter:
+            model(*args)
+        sync(device)
+        flops = int(counter.get_total_flops())
+    except Exception as exc:  # an operator the counter cannot follow: no FLOP bound
+        return {"flops": None, "uncounted_ops": sorted(recorder.uncounted)[:32],
+                "error": hu.cap(f"{type(exc).__name__}: {exc}", 512)}
+    return {"flops": flops, "uncounted_ops": sorted(recorder.uncounted)[:32]}
+
+
+def flop_peak_kind(s: InputSet, precision: str) -> str:
+    """Which peak FLOP rate no legitimate result can beat: "tf32" (the TF32 tensor rate) for a
+    float32 task in strict precision, since an fp32-accurate product cannot go faster (3xTF32
+    emulation runs below it); "fp16" (the dense fp16/bf16 tensor rate) in tf32 mode, or when
+    the reference's floating outputs are all fp16/bf16."""
+    low = (torch.float16, torch.bfloat16)
+    floats = [r.dtype for r in s.ref if isinstance(r, torch.Tensor) and r.is_floating_point()]
+    if precision == "tf32" or (floats and all(d in low for d in floats)):
+        return "fp16"
+    return "tf32"
 
 
 def speed_of_light(dev: dict[str, Any], s: InputSet, state_bytes: int,
-                   cand_median: float | None) -> dict[str, Any]:
+                   cand_median: float | None, flops: dict[str, Any] | None = None,
+                   precision: str = "strict") -> dict[str, Any]:
+    """The least time the task can take on this device: its bytes at peak memory bandwidth
+    (sol_ms) and its reference FLOPs at the peak arithmetic rate of flop_peak_kind
+    (sol_flops_ms); flagged when the candidate's median is below SOL_FLAG_FRACTION of either.
+    peak_fraction = the larger of sol_ms and sol_flops_ms over the candidate's median: the
+    share of the hardware's peak it reaches."""
     moved = sum(nbytes(x) for x in s.orig) + sum(nbytes(x) for x in s.ref)
-    peak = None
+    peak = rates = None
     if dev["type"] == "cuda":
-        for sub, bw in PEAK_BANDWIDTH:
-            if sub in dev.get("name", ""):
-                peak = bw
-                break
+        name = dev.get("name", "")
+        peak = next((bw for sub, bw in PEAK_BANDWIDTH if sub in name), None)
+        rates = next((r for sub, r in PEAK_FLOPS if sub in name), None)
     sol_ms = moved / peak * 1e3 if peak else None
-    flagged = bool(sol_ms is not None and cand_median is not None
-                   and cand_median < SOL_FLAG_FRACTION * sol_ms)
-    return {"bytes": moved, "param_bytes": state_bytes, "peak_bytes_per_s": peak,
-            "sol_ms": sol_ms, "flag_below_ms": SOL_FLAG_FRACTION * sol_ms if sol_ms else None,
-            "candidate_over_sol": (cand_median / sol_ms) if (sol_ms and cand_median) else None,
-            "flagged": flagged}
+    n_flops = (flops or {}).get("flops")
+    kind = flop_peak_kind(s, precision)
+    peak_flops = rates[kind] if rates else None
+    sol_flops_ms = n_flops / peak_flops * 1e3 if (peak_flops and n_flops) else None
+    flagged_by = [what for what, bound in (("bytes", sol_ms), ("flops", sol_flops_ms))
+                  if bound is not None and cand_median is not None
+                  and cand_median < SOL_FLAG_FRACTION * bound]
+    fractions = {what: bound / cand_median for what, bound in
+                 (("bytes", sol_ms), ("flops", sol_flops_ms))
+                 if bound is not None and cand_median is not None and cand_median > 0}
+    basis = max(fractions, key=lambda k: fractions[k]) if fractions else None
+    out = {"bytes": moved, "param_bytes": state_bytes, "peak_bytes_per_s": peak,
+           "sol_ms": sol_ms, "flag_below_ms": SOL_FLAG_FRACTION * sol_ms if sol_ms else None,
+           "candidate_over_sol": (cand_median / sol_ms) if (sol_ms and cand_median) else None,
+           "flops": n_flops, "flops_uncounted_ops": (flops or {}).get("uncounted_ops", []),
+           "peak_flops_per_s": peak_flops, "peak_flops_kind": kind if rates else None,
+           "peak_flops_rates": rates,
+           "sol_flops_ms": sol_flops_ms,
+           "flops_flag_below_ms": SOL_FLAG_FRACTION * sol_flops_ms if sol_flops_ms else None,
+           "peak_fraction": fractions[basis] if basis else None,
+           "peak_fraction_basis": basis, "flagged": bool(flagged_by), "flagged_by": flagged_by}
+    if flops and flops.get("error"):
+        out["flops_error"] = flops["error"]
+    return out
 
 
 def validate_stats(stats: Any) -> dict[str, Any] | None:
@@ -1334,7 +1814,9 @@ def new_result(opts: argparse.Namespace, atol: float, rtol: float) -> dict[str, 
         "rules": opts.rules,
         "verification": {"sets": [], "atol": atol, "rtol": rtol, "precision": opts.precision,
                          "precision_observed": None, "n_random": opts.seeds,
-                         "n_adversarial": 0, "adversarial": None,
+                         "n_adversarial": 0, "adversarial": None, "n_value_stress": 0,
+                         "value_stress": None, "n_derived_shapes": 0, "derived_shapes": [],
+                         "derived_shapes_note": None,
                          "reference_mutates_inputs": [], "fp64_reference": None},
         "timing": None,
         "flags": [],
@@ -1392,31 +1874,55 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         # One more random set when timing: checked after the timing runs, so that a candidate
         # that behaves differently once it is being timed (counting calls, say) is caught.
         n_draw = opts.seeds + (0 if opts.no_timing else 1)
-        set_key = (task_sha, n_draw, opts.adversarial_sets, str(device))
+        n_derived = max(0, getattr(opts, "derived_shapes", DEFAULT_DERIVED_SHAPES))
+        n_stress = 1 if getattr(opts, "value_stress", 1) else 0
+        set_key = (task_sha, n_draw, opts.adversarial_sets, n_derived, n_stress, str(device))
         t_draw = time.monotonic()
         got = prefetch.take(set_key) if prefetch is not None else None
         if got is not None:
-            sets, adv_info = got
+            sets, sets_info = got
             log("input sets drawn ahead of time")
         else:
-            sets, adv_info = draw_sets(task, n_draw, opts.adversarial_sets, device, log)
+            sets, sets_info = draw_sets(task, n_draw, opts.adversarial_sets, device, log,
+                                        n_derived, n_stress)
         elapsed["setup_draw"] = time.monotonic() - t_draw
         result["verification"]["sets_prefetched"] = got is not None
-        prefetch_next = (set_key, task, n_draw, opts.adversarial_sets, device)
+        prefetch_next = (set_key, task, n_draw, opts.adversarial_sets, device, n_derived,
+                         n_stress)
         post: InputSet | None = None
         if not opts.no_timing:
             post = sets.pop(opts.seeds)  # the last random set; adversarial ones follow
-            for k, s_ in enumerate(sets):
-                s_.index = k
-            post.index, post.kind = len(sets), "post-timing"
-        result["verification"]["adversarial"] = adv_info
-        result["verification"]["n_adversarial"] = sum(1 for s in sets if s.kind == "adversarial")
-        result["verification"]["n_extra_shapes"] = sum(1 for s in sets if s.kind == "shape")
-        all_sets = sets + ([post] if post is not None else [])
+            post.index, post.kind = -1, "post-timing"
+        v = result["verification"]
+        v["adversarial"] = sets_info["adversarial"]
+        v["value_stress"] = sets_info["value_stress"]
+        v["derived_shapes"] = sets_info["derived_shapes"]
+        v["derived_shapes_note"] = sets_info["derived_shapes_note"]
         t_ref32 = time.monotonic()
+        # The derived sets the reference refuses and a value-stress set that finds no usable
+        # scale are dropped before anything is laid out for the candidate.
+        compute_reference(model, sets[0], device)
+        sets = validate_derived(task, sets, model, device, log)
+        try:
+            model64: torch.nn.Module | None = copy.deepcopy(model).double()
+            why64_model = None
+        except Exception as exc:
+            model64, why64_model = None, f"{type(exc).__name__}: {exc}"
+        sets = [s for s in sets if s.kind != "value-stress"
+                or choose_stress_scale(s, model, model64, device, v["value_stress"])]
+        for k, s_ in enumerate(sets):
+            s_.index = k
+        if post is not None:
+            post.index = len(sets)
+        v["n_adversarial"] = sum(1 for s in sets if s.kind == "adversarial")
+        v["n_extra_shapes"] = sum(1 for s in sets if s.kind == "shape")
+        v["n_value_stress"] = sum(1 for s in sets if s.kind == "value-stress")
+        v["n_derived_shapes"] = sum(1 for s in sets if s.kind == "derived-shape")
+        all_sets = sets + ([post] if post is not None else [])
         extra_models = shape_models(task, all_sets, device)
         for s in all_sets:  # fast on a GPU; sizes the output slots and the poisoning
-            compute_reference(s.model or model, s, device)
+            if s.kind not in ("derived-shape", "value-stress") and s is not sets[0]:
+                compute_reference(s.model or model, s, device)
         elapsed["setup_reference"] = time.monotonic() - t_ref32
         elapsed["setup"] = time.monotonic() - t_start
 
@@ -1457,8 +1963,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             "n_sets": len(sets),
             "arena": arena.desc,
             "models": job_models,
-            "sets": [{"inputs": s.slots, "outputs": s.out_slots, "model": s.model_index}
-                     for s in all_sets],
+            "sets": [{"inputs": s.slots, "outputs": s.out_slots, "model": s.model_index,
+                      "may_refuse": s.may_refuse} for s in all_sets],
             "post_timing_set": post.index if post is not None else None,
             "precision": opts.precision,
             "poison_bytes": out_bytes,
@@ -1478,18 +1984,20 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
 
         # -- float64 references (while the candidate starts)
         t_ref = time.monotonic()
-        models64: dict[int, torch.nn.Module | None] = {}
-        why64 = None
-        for k, m in enumerate([model] + extra_models):
+        models64: dict[int, torch.nn.Module | None] = {0: model64}
+        why64 = why64_model
+        for k, m in enumerate(extra_models, start=1):
             try:
                 models64[k] = copy.deepcopy(m).double()
             except Exception as exc:
                 models64[k] = None
                 why64 = why64 or f"{type(exc).__name__}: {exc}"
         for s in all_sets:
+            if s.ref64 is not None:  # the value-stress set's, computed with its scale
+                continue
             why = compute_reference64(models64[s.model_index], s)
             why64 = why64 or why
-        del models64
+        del models64, model64
         result["verification"]["fp64_reference"] = True if why64 is None else \
             f"unavailable: {hu.cap(why64, 512)}"
         mutated = sorted({k for s in all_sets for k in s.ref_mutated})
@@ -1520,12 +2028,28 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                     raise EvalError("protocol", "the candidate reported input sets out of order")
                 s = sets[received]
                 t_cmp = time.monotonic()
-                rec = check_reported(arena, s, msg, device, atol, rtol, opts.precision)
+                try:
+                    rec = check_reported(arena, s, msg, device, atol, rtol, opts.precision)
+                except EvalError:
+                    if s.note is not None:
+                        s.note["status"] = "failed"
+                    raise
                 fwd = msg.get("forward_ms")
                 rec["forward_ms"] = fwd if isinstance(fwd, (int, float)) else None
                 result["verification"]["sets"].append(rec)
                 elapsed["compare"] = elapsed.get("compare", 0.0) + time.monotonic() - t_cmp
-                log(f"input set {s.index} ({s.kind}) ok")
+                if s.note is not None:
+                    s.note.update(status="refused" if "refused" in rec else "verified",
+                                  reason=rec.get("refused"))
+                if "refused" in rec:
+                    result["flags"].append({
+                        "kind": "derived_shape_refused",
+                        "message": f"input set {s.index} ({set_label(s)}) was refused by the "
+                                   f"candidate ({rec['refused']}); not a failure: the kernel "
+                                   "supports fewer sizes than the reference"})
+                    log(f"input set {s.index} ({s.kind}) refused by the candidate")
+                else:
+                    log(f"input set {s.index} ({s.kind}) ok")
                 received += 1
             elif mtype == "launches":
                 evidence = msg.get("evidence")
@@ -1548,7 +2072,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             if why_none is not None:
                 result["flags"].append({"kind": "launch_evidence_unavailable",
                                         "message": why_none})
-        precs = [p for r in result["verification"]["sets"] for p in r.get("precision", [])]
+        precs = [p for r in result["verification"]["sets"] for p in r.get("precision", [])
+                 if r.get("precision_enforced", True)]
         if precs:
             result["verification"]["precision_observed"] = \
                 "fp32" if all(p["ok"] for p in precs) else "reduced"
@@ -1642,7 +2167,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         cand_stats = kernel_floor(cand_stats, result["verification"].get("launches"),
                                   result["flags"])
         cand_med = cand_stats.get("median_ms")
-        sol = speed_of_light(dev, sets[0], state_bytes, cand_med)
+        sol = speed_of_light(dev, sets[0], state_bytes, cand_med, base.get("flops"),
+                             opts.precision)
 
         def speedup(b: Any) -> float | None:
             if timing.finite_stats(b) and cand_med and cand_med > 0:
@@ -1660,13 +2186,22 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             "speedup_vs_compile": speedup(base["compile"]),
             "sol": sol,
         }
-        if sol["flagged"]:
+        if "bytes" in sol["flagged_by"]:
             result["flags"].append({
                 "kind": "speed_of_light",
                 "message": f"the candidate's median {cand_med:.4g} ms is below half the "
                            f"{sol['sol_ms']:.4g} ms that moving its inputs and outputs once "
                            "takes at peak memory bandwidth: faster than memory bandwidth "
                            "allows; not to be rewarded without review"})
+        if "flops" in sol["flagged_by"]:
+            result["flags"].append({
+                "kind": "speed_of_light",
+                "message": f"the candidate's median {cand_med:.4g} ms is below half the "
+                           f"{sol['sol_flops_ms']:.4g} ms that the reference's "
+                           f"{sol['flops']:.4g} FLOPs take at the device's peak "
+                           f"{sol['peak_flops_kind']} tensor rate "
+                           f"({sol['peak_flops_per_s']:.4g} FLOP/s): faster than the hardware's "
+                           "arithmetic allows; not to be rewarded without review"})
         result.update(ok=True, stage="done")
         return result
     except EvalError as e:
@@ -1685,6 +2220,9 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         result["failure"] = {"kind": e.kind, "message": e.message, "details": details}
         return result
     finally:
+        for note in (result.get("verification") or {}).get("derived_shapes") or []:
+            if note.get("status") == "pending":
+                note["status"] = "not reached"
         if cand is not None:
             cand.kill()
         if arena is not None:
@@ -1726,8 +2264,9 @@ def run(opts: argparse.Namespace) -> int:
     ext = opts.so or opts.ext_module
     if not os.path.isfile(ext):
         return usage_error(opts.out, f"no extension file {ext}")
-    if opts.seeds < 1 or opts.adversarial_sets < 0:
-        return usage_error(opts.out, "--seeds must be >= 1 and --adversarial-sets >= 0")
+    if opts.seeds < 1 or opts.adversarial_sets < 0 or opts.derived_shapes < 0:
+        return usage_error(opts.out, "--seeds must be >= 1, --adversarial-sets and "
+                                     "--derived-shapes >= 0")
     if opts.budget_ms <= 0 or opts.timeout <= 0:
         return usage_error(opts.out, "--budget-ms and --timeout must be positive")
     if opts.atol is not None and opts.atol < 0 or opts.rtol is not None and opts.rtol < 0:

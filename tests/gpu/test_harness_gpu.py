@@ -135,11 +135,15 @@ def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
     r = first.result
     assert r["ok"] and r["stage"] == "done", first
     v = r["verification"]
-    # 5 random sets, the heavy-tailed one, one per declared extra shape (the post-timing set
+    # 5 random sets, the heavy-tailed one, the value-stress one, one per declared extra shape
+    # (every example solution's task declares them, so none is derived; the post-timing set
     # is reported apart).
     extra = len(runpy.run_path(str(TASKS / f"{solution}.py")).get("EXTRA_SHAPES", []))
     assert v["n_extra_shapes"] == extra and v["n_adversarial"] == 1, first
-    assert len(v["sets"]) == 5 + 1 + extra and all(s["ok"] for s in v["sets"]), first
+    assert v["n_value_stress"] == 1 and v["value_stress"]["scale"] == 1000.0, first
+    assert v["n_derived_shapes"] == 0, first
+    assert v["derived_shapes_note"] == "the task declares EXTRA_SHAPES", first
+    assert len(v["sets"]) == 5 + 1 + 1 + extra and all(s["ok"] for s in v["sets"]), first
     assert v["precision_observed"] == "fp32" and v["fp64_reference"] is True, first
     t = r["timing"]
     for subject in ("eager", "candidate"):
@@ -151,8 +155,14 @@ def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
     assert "error" in t["compile"] or t["compile"]["n"] >= 10, first
     assert t["speedup_vs_eager"] > 0
     assert t["sol"]["flagged"] is False, first
+    # No matrix product, convolution or attention in these tasks: 0 FLOPs counted, the bytes
+    # bound the peak fraction.
+    assert t["sol"]["flops"] == 0 and t["sol"]["flops_uncounted_ops"], first
     if any(k in r["device"]["name"] for k in ("H100", "H200", "A100")):
         assert t["sol"]["sol_ms"] > 0
+        assert t["sol"]["peak_fraction_basis"] == "bytes", first
+        assert t["sol"]["peak_fraction"] == pytest.approx(
+            t["sol"]["sol_ms"] / t["candidate"]["median_ms"]), first
     # The same task again: baselines from the cache.
     second = evaluate(tmp_path, solution, built[solution],
                       args=["--baseline-cache", str(cache_dir)])

@@ -173,8 +173,11 @@ def test_correct_candidate_passes_and_is_timed(tmp_path):
     assert r["ok"] is True and r["stage"] == "done" and r["failure"] is None, run
     assert r["schema"] == 1
     v = r["verification"]
-    assert [s["kind"] for s in v["sets"]] == ["random"] * 5 + ["adversarial"], run
-    assert [s["seed_index"] for s in v["sets"]] == list(range(6))
+    # The value-stress set and, the task declaring no EXTRA_SHAPES, one derived shape (its
+    # literal 16 rows sliced) follow (tests/py/test_input_sets.py tests them).
+    assert [s["kind"] for s in v["sets"]] == ["random"] * 5 + ["adversarial", "value-stress",
+                                                               "derived-shape"], run
+    assert [s["seed_index"] for s in v["sets"]] == list(range(8))
     assert all(s["ok"] and s["mismatches"] == 0 for s in v["sets"]), run
     assert v["atol"] == 0.01 and v["rtol"] == 0.01 and v["precision"] == "strict"
     assert v["precision_observed"] == "fp32", run
@@ -214,7 +217,8 @@ def test_nan_in_matching_positions_passes(tmp_path):
 
 
 def test_seeds_option_and_no_adversarial(tmp_path):
-    run = evaluate(tmp_path, args=["--seeds", "2", "--adversarial-sets", "0", "--no-timing"])
+    run = evaluate(tmp_path, args=["--seeds", "2", "--adversarial-sets", "0", "--no-timing",
+                                   "--value-stress", "0", "--derived-shapes", "0"])
     assert run.rc == 0, run
     assert [s["kind"] for s in run.result["verification"]["sets"]] == ["random", "random"]
 
@@ -387,8 +391,14 @@ def test_fp32_reordering_is_not_reduced_precision(tmp_path):
            "    e = torch.exp(-2.0 * (x * w))\n"
            "    return b + scale * ((1.0 - e) / (1.0 + e))\n")
     task = TASK.replace("torch.randn(16, 37)", "torch.randn(16, 37) * 0.5")
-    run = evaluate(tmp_path, task=task, ext=ext, args=["--no-timing", "--adversarial-sets", "0"])
+    run = evaluate(tmp_path, task=task, ext=ext, args=["--no-timing", "--adversarial-sets", "0",
+                                                       "--value-stress", "0"])
     assert run.rc == 0, run
+    # Numerically unstable though (exp(-2x) overflows for x below -44, and inf/inf is NaN):
+    # the value-stress set fails it.
+    stressed = evaluate(tmp_path, task=task, ext=ext, args=["--no-timing"])
+    assert_failed(stressed, "mismatch")
+    assert stressed.result["verification"]["sets"][-1]["kind"] == "value-stress", stressed
 
 
 def test_tolerance_options(tmp_path):
@@ -534,17 +544,17 @@ def test_state_dict_shape_mismatch(tmp_path):
 
 
 def test_failure_during_timing(tmp_path):
-    # Passes verification, then fails on the first timed call (the 7th forward).
+    # Passes verification, then fails on the first timed call (the 9th forward).
     header = "_calls = [0]\n"
     body = """
     _calls[0] += 1
-    if _calls[0] > 6:
+    if _calls[0] > 8:  # 5 random, adversarial, value-stress, a derived shape
         raise RuntimeError("only fast when watched")
     return cuda_extension.affine(x, self.weight, self.bias, self.scale)
     """
     run = evaluate(tmp_path, new=model_new(body, header=header))
     assert_failed(run, "exception", stage="timing")
-    assert len(run.result["verification"]["sets"]) == 6
+    assert len(run.result["verification"]["sets"]) == 8
 
 
 # -- isolation ----------------------------------------------------------------------------
@@ -889,7 +899,8 @@ def test_prewarmed_candidate_protocol(tmp_path):
         messages = [json.loads(line) for line in channel]
     assert proc.wait(timeout=120) == 0, proc.stdout.read()
     kinds = [m["type"] for m in messages]
-    assert kinds.count("set") == 6 and kinds[-1] == "verified", messages
+    # 5 random, adversarial, value-stress, one derived shape.
+    assert kinds.count("set") == 8 and kinds[-1] == "verified", messages
     stages = [m["stage"] for m in messages if m["type"] == "stage"]
     assert stages == ["init", "load_extension", "import_model_new", "build",
                       "load_state_dict", "verify"], stages
@@ -901,15 +912,15 @@ def test_prewarmed_candidate_protocol(tmp_path):
 
 
 def test_candidate_that_changes_once_timed_fails(tmp_path):
-    # Correct on the 6 verified sets (5 random + 1 adversarial), then cheap zeros: the
-    # timing runs would reward it, so a fresh set is checked after timing.
+    # Correct on the 8 verified sets (5 random, adversarial, value-stress, a derived shape),
+    # then cheap zeros: the timing runs would reward it, so a fresh set is checked after timing.
     ext = EXT + textwrap.dedent("""
         _calls = [0]
 
 
         def affine_counting(x, w, b, scale):
             _calls[0] += 1
-            if _calls[0] > 6:
+            if _calls[0] > 8:
                 return torch.zeros_like(x)
             return affine(x, w, b, scale)
         """)
@@ -925,7 +936,7 @@ def test_post_timing_check_is_recorded(tmp_path):
     assert run.rc == 0, run
     post = run.result["verification"]["post_timing"]
     assert post["ok"] is True
-    assert len(run.result["verification"]["sets"]) == 6  # the post-timing set is not one of them
+    assert len(run.result["verification"]["sets"]) == 8  # the post-timing set is not one of them
 
 
 def test_post_timing_inputs_reach_the_arena_only_after_timing(tmp_path):
