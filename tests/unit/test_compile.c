@@ -942,8 +942,7 @@ static const char kb_split_cu[] = KB_PRELUDE "__global__ void kb_kernel(int *o) 
 
 TEST(inline_cuda_split_builds_links_and_caches)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     struct tbuild k;
     kb_begin(&k, kb_split_cu);
     REQUIRE(build(&k.o, k.snap, k.out, &k.r, &k.err) == 0);
@@ -988,8 +987,7 @@ TEST(inline_cuda_split_builds_links_and_caches)
 
 TEST(inline_cuda_warm_makes_both_headers)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     /* KernelBench mode: the bindings' header and the split one, ahead of the first build. */
     struct tbuild k;
     kb_begin(&k, kb_split_cu);
@@ -1005,8 +1003,7 @@ TEST(inline_cuda_warm_makes_both_headers)
 
 TEST(inline_cuda_split_that_fails_is_built_whole)
 {
-    if (!have_nvcc())
-        return;
+    need_nvcc();
     /* A type with a device member function: g++ cannot compile the torch half, nvcc the whole. */
     struct tbuild k;
     kb_begin(&k, KB_PRELUDE "struct Lane { __device__ int id() const { return threadIdx.x; } };\n"
