@@ -80,6 +80,16 @@ class ModelNew(nn.Module):
 
 CORRECT_BODY = "return cuda_extension.affine(x, self.weight, self.bias, self.scale)"
 
+# Written for the task's 16 rows: the last row of any other batch is left at zero.
+EXT_16_ROWS = EXT + textwrap.dedent("""
+    def affine_16(x, w, b, scale):
+        y = affine(x, w, b, scale)
+        if x.shape[0] != 16:
+            y = y.clone()
+            y[-1] = 0
+        return y
+    """)
+
 
 def model_new(body: str = CORRECT_BODY, header: str = "") -> str:
     src = MODEL_NEW.replace("{body}", textwrap.indent(textwrap.dedent(body).strip(), " " * 8))
@@ -1094,15 +1104,7 @@ def test_extra_shapes_catch_a_kernel_written_for_one_shape(tmp_path):
     assert [r["shape"] for r in shaped] == [{"rows": 3}, {"rows": 1}]
     assert ok.result["verification"]["n_extra_shapes"] == 2
     assert [r["outputs"][0]["shape"] for r in shaped] == [[3, 37], [1, 37]]
-    # Written for the task's 16 rows: pads a short batch with zeros.
-    ext = EXT + textwrap.dedent("""
-        def affine_16(x, w, b, scale):
-            y = affine(x, w, b, scale)
-            if x.shape[0] != 16:
-                y = y.clone()
-                y[-1] = 0
-            return y
-        """)
+    ext = EXT_16_ROWS
     bad = evaluate(tmp_path / "bad", task=SHAPED_TASK, ext=ext, args=["--no-timing"],
                    new=model_new(
         "return cuda_extension.affine_16(x, self.weight, self.bias, self.scale)"))

@@ -16,7 +16,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_harness import (EXT, SHAPED_TASK, TASK, assert_failed, ev, evaluate,  # noqa: E402
+from test_harness import (EXT, EXT_16_ROWS, SHAPED_TASK, TASK, assert_failed, ev,  # noqa: E402
+                          evaluate,
                           model_new)
 from test_worker import Worker, job  # noqa: E402
 
@@ -31,15 +32,6 @@ features = 37
 """
 assert "batch_size, features" in SIZED_TASK and "[features, 1.5]" in SIZED_TASK
 
-# Written for the task's 16 rows: the last row of any other batch is left at zero.
-EXT_16_ROWS = EXT + textwrap.dedent("""
-    def affine_16(x, w, b, scale):
-        y = affine(x, w, b, scale)
-        if x.shape[0] != 16:
-            y = y.clone()
-            y[-1] = 0
-        return y
-    """)
 NEW_16_ROWS = model_new("return cuda_extension.affine_16(x, self.weight, self.bias, self.scale)")
 
 # The same kernel, honest about it: refuses other row counts (as a TORCH_CHECK would).
