@@ -4,15 +4,21 @@ tensors.
 The trusted side (evaluate.py) creates an arena per evaluation, lays out in it every input
 set's tensors and a slot for each expected output, and writes the inputs; the candidate
 (candidate.py) opens the same memory, runs its forward directly on the input views, and copies
-each output into its slot. Nothing is serialised and nothing crosses the PCIe bus:
+each output into its slot. Nothing is serialised and nothing crosses the PCIe bus.
 
-- "cuda_ipc": a dedicated device allocation (cuMemAlloc, never the caching allocator, so no
-  other tensor of the trusted process shares its pages) exported with cuIpcGetMemHandle and
-  opened by the candidate with cuIpcOpenMemHandle. The candidate can reach exactly this block:
-  its own inputs and output slots, never the reference's outputs or pristine copies.
-- "mmap": a file in the job directory mapped shared by both (CPU mode, and the fallback where
-  CUDA IPC is unavailable; the candidate then copies inputs to the device and outputs and
-  post-forward inputs back).
+The arena is named by a file descriptor, never by a path or a global handle: the trusted side
+hands the candidate the descriptor itself (over its control socket, SCM_RIGHTS), so a
+candidate in its sandbox (other pid and mount namespaces, no access to the trusted side's
+files) can reach exactly this block and nothing else:
+
+- "cuda_vmm": device memory of its own (cuMemCreate, never the caching allocator, so no
+  other tensor of the trusted process shares its pages), exported as a POSIX file descriptor
+  (cuMemExportToShareableHandle) and mapped by the candidate with
+  cuMemImportFromShareableHandle. Legacy CUDA IPC handles do not cross pid namespaces; these
+  descriptors do.
+- "memfd": an anonymous shared memory file (memfd_create) mapped by both (CPU mode, and the
+  fallback where device memory cannot be exported; the candidate then copies inputs to the
+  device and outputs and post-forward inputs back).
 
 Because the candidate's forward runs on the arena's input views, the trusted side checks input
 mutation by comparing those views with its own pristine copies: no copy back is needed.
@@ -21,18 +27,22 @@ mutation by comparing those views with its own pristine copies: no copy back is 
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 from typing import Any
 
 import torch
 
 ALIGN = 256
-ARENA_FILE = "arena.bin"
-# "auto" (default): CUDA IPC for a CUDA device, falling back to a shared file; "mmap": always
-# the shared file.
+# "auto" (default): device memory for a CUDA device, falling back to a memfd; "mmap": always
+# the memfd.
 ARENA_ENV = "CUDA_AGENT_ARENA"
-_IPC_HANDLE_SIZE = 64
-_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+# CUDA driver enums (cuda.h).
+_CU_MEM_ALLOCATION_TYPE_PINNED = 1
+_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
+_CU_MEM_LOCATION_TYPE_DEVICE = 1
+_CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
+_CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
 
 
 class ArenaError(Exception):
@@ -85,20 +95,23 @@ class _CAI:
                                          "data": (ptr, False), "version": 3, "strides": None}
 
 
-class _IpcHandle(ctypes.Structure):
-    # Unsigned bytes: a c_char array field would read back as bytes cut at the first NUL.
-    _fields_ = [("reserved", ctypes.c_ubyte * _IPC_HANDLE_SIZE)]
+class _Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 
-    @classmethod
-    def from_bytes(cls, data: bytes) -> "_IpcHandle":
-        if len(data) != _IPC_HANDLE_SIZE:
-            raise ArenaError(f"a CUDA IPC handle is {_IPC_HANDLE_SIZE} bytes, not {len(data)}")
-        h = cls()
-        ctypes.memmove(ctypes.addressof(h), data, _IPC_HANDLE_SIZE)
-        return h
 
-    def to_bytes(self) -> bytes:
-        return bytes(self.reserved)
+class _AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class _AllocProp(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int),
+                ("location", _Location), ("win32HandleMetaData", ctypes.c_void_p),
+                ("allocFlags", _AllocFlags)]
+
+
+class _AccessDesc(ctypes.Structure):
+    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
 
 
 class _Driver:
@@ -111,14 +124,22 @@ class _Driver:
             lib = ctypes.CDLL("libcuda.so.1")
         except OSError as exc:
             raise ArenaError(f"cannot load libcuda.so.1: {exc}")
-        u64p = ctypes.POINTER(ctypes.c_uint64)
-        self._alloc = self._fn(lib, "cuMemAlloc_v2", [u64p, ctypes.c_size_t])
-        self._free = self._fn(lib, "cuMemFree_v2", [ctypes.c_uint64])
-        self._get = self._fn(lib, "cuIpcGetMemHandle",
-                             [ctypes.POINTER(_IpcHandle), ctypes.c_uint64])
-        self._open = self._fn(lib, "cuIpcOpenMemHandle_v2",
-                              [u64p, _IpcHandle, ctypes.c_uint])
-        self._close = self._fn(lib, "cuIpcCloseMemHandle", [ctypes.c_uint64])
+        u64, u64p, size = ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t
+        prop_p = ctypes.POINTER(_AllocProp)
+        self._granularity = self._fn(lib, "cuMemGetAllocationGranularity",
+                                     [ctypes.POINTER(size), prop_p, ctypes.c_int])
+        self._create = self._fn(lib, "cuMemCreate", [u64p, size, prop_p, u64])
+        self._release = self._fn(lib, "cuMemRelease", [u64])
+        self._reserve = self._fn(lib, "cuMemAddressReserve", [u64p, size, size, u64, u64])
+        self._free = self._fn(lib, "cuMemAddressFree", [u64, size])
+        self._map = self._fn(lib, "cuMemMap", [u64, size, size, u64, u64])
+        self._unmap = self._fn(lib, "cuMemUnmap", [u64, size])
+        self._access = self._fn(lib, "cuMemSetAccess",
+                                [u64, size, ctypes.POINTER(_AccessDesc), size])
+        self._export = self._fn(lib, "cuMemExportToShareableHandle",
+                                [ctypes.c_void_p, u64, ctypes.c_int, u64])
+        self._import = self._fn(lib, "cuMemImportFromShareableHandle",
+                                [u64p, ctypes.c_void_p, ctypes.c_int])
         self._current = self._fn(lib, "cuCtxGetCurrent", [ctypes.POINTER(ctypes.c_void_p)])
         self._errname = self._fn(lib, "cuGetErrorName",
                                  [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)])
@@ -152,39 +173,79 @@ class _Driver:
         if not ctx.value:
             raise ArenaError("no current CUDA context on this thread")
 
-    def alloc(self, nbytes: int) -> int:
+    @staticmethod
+    def _prop(ordinal: int) -> _AllocProp:
+        prop = _AllocProp()
+        prop.type = _CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.requestedHandleTypes = _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        prop.location = _Location(_CU_MEM_LOCATION_TYPE_DEVICE, ordinal)
+        return prop
+
+    def rounded(self, nbytes: int, ordinal: int) -> int:
+        g = ctypes.c_size_t()
+        prop = self._prop(ordinal)
+        self.check(self._granularity(ctypes.byref(g), ctypes.byref(prop),
+                                     _CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                   "cuMemGetAllocationGranularity")
+        gran = max(int(g.value), 1)
+        return (nbytes + gran - 1) // gran * gran
+
+    def create(self, nbytes: int, ordinal: int) -> tuple[int, int]:
+        """(allocation handle, POSIX fd) of nbytes (a multiple of the granularity)."""
+        h = ctypes.c_uint64()
+        prop = self._prop(ordinal)
+        self.check(self._create(ctypes.byref(h), nbytes, ctypes.byref(prop), 0),
+                   f"cuMemCreate of {nbytes} bytes")
+        fd = ctypes.c_int(-1)
+        rc = self._export(ctypes.byref(fd), h.value, _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                          0)
+        if rc != 0:
+            self._release(h.value)
+            self.check(rc, "cuMemExportToShareableHandle")
+        return h.value, fd.value
+
+    def import_fd(self, fd: int) -> int:
+        h = ctypes.c_uint64()
+        self.check(self._import(ctypes.byref(h), ctypes.c_void_p(fd),
+                                _CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                   "cuMemImportFromShareableHandle")
+        return h.value
+
+    def map(self, handle: int, nbytes: int, ordinal: int) -> int:
+        """Maps the allocation at a fresh address, readable and writable from ordinal."""
         ptr = ctypes.c_uint64()
-        self.check(self._alloc(ctypes.byref(ptr), nbytes), f"cuMemAlloc of {nbytes} bytes")
+        self.check(self._reserve(ctypes.byref(ptr), nbytes, 0, 0, 0), "cuMemAddressReserve")
+        try:
+            self.check(self._map(ptr.value, nbytes, 0, handle, 0), "cuMemMap")
+            try:
+                acc = _AccessDesc(_Location(_CU_MEM_LOCATION_TYPE_DEVICE, ordinal),
+                                  _CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+                self.check(self._access(ptr.value, nbytes, ctypes.byref(acc), 1),
+                           "cuMemSetAccess")
+            except BaseException:
+                self._unmap(ptr.value, nbytes)
+                raise
+        except BaseException:
+            self._free(ptr.value, nbytes)
+            raise
         return ptr.value
 
-    def free(self, ptr: int) -> None:
-        self._free(ptr)
-
-    def export(self, ptr: int) -> bytes:
-        h = _IpcHandle()
-        self.check(self._get(ctypes.byref(h), ptr), "cuIpcGetMemHandle")
-        return h.to_bytes()
-
-    def open(self, handle: bytes) -> int:
-        h = _IpcHandle.from_bytes(handle)
-        ptr = ctypes.c_uint64()
-        self.check(self._open(ctypes.byref(ptr), h, _CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
-                   "cuIpcOpenMemHandle")
-        return ptr.value
-
-    def close(self, ptr: int) -> None:
-        self._close(ptr)
+    def unmap(self, ptr: int, handle: int, nbytes: int) -> None:
+        self._unmap(ptr, nbytes)
+        self._free(ptr, nbytes)
+        self._release(handle)
 
 
 class Arena:
     """A uint8 tensor over the shared block, with typed views of its slots."""
 
     def __init__(self, kind: str, memory: torch.Tensor, desc: dict[str, Any],
-                 release: Any = None):
+                 release: Any = None, fd: int = -1):
         self.kind = kind
         self.memory = memory
         self.desc = desc
         self._release = release
+        self.fd = fd
 
     @property
     def size(self) -> int:
@@ -205,16 +266,58 @@ class Arena:
         self.memory = torch.empty(0, dtype=torch.uint8)
         if self._release is not None:
             release, self._release = self._release, None
-            release()
+            try:
+                release()
+            except BufferError:
+                pass  # a view still exports the mapping: it goes with its last reference
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
 
 
-def _mmap(path: str, nbytes: int) -> torch.Tensor:
-    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+def _map_fd(fd: int, nbytes: int) -> tuple[torch.Tensor, mmap.mmap]:
+    m = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    return torch.frombuffer(m, dtype=torch.uint8, count=nbytes), m
 
 
-def create(nbytes: int, device: torch.device, job_dir: str) -> tuple[Arena, str | None]:
-    """The trusted side's arena of nbytes (zeroed) for a candidate on device. Returns it and,
-    when a CUDA device had to fall back to a host mapping, the reason."""
+def _ordinal(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _cuda_arena(nbytes: int, device: torch.device) -> "Arena":
+    drv = _Driver.get()
+    torch.cuda.set_device(device)
+    torch.zeros(1, device=device)  # the primary context, current on this thread
+    drv.require_context()
+    ordinal = _ordinal(device)
+    size = drv.rounded(nbytes, ordinal)
+    handle, fd = drv.create(size, ordinal)
+    try:
+        ptr = drv.map(handle, size, ordinal)
+    except BaseException:
+        os.close(fd)
+        drv._release(handle)
+        raise
+    try:
+        mem = torch.as_tensor(_CAI(ptr, size), device=device)
+        mem.zero_()
+        torch.cuda.synchronize(device)
+    except BaseException:
+        os.close(fd)
+        drv.unmap(ptr, handle, size)
+        raise
+
+    def release() -> None:
+        torch.cuda.synchronize(device)
+        drv.unmap(ptr, handle, size)
+
+    return Arena("cuda_vmm", mem, {"kind": "cuda_vmm", "size": size}, release, fd)
+
+
+def create(nbytes: int, device: torch.device) -> tuple[Arena, str | None]:
+    """The trusted side's arena of at least nbytes (zeroed) for a candidate on device; its
+    descriptor is arena.fd. Returns it and, when a CUDA device had to fall back to host
+    memory, the reason."""
     nbytes = align(max(nbytes, ALIGN))
     why = None
     choice = os.environ.get(ARENA_ENV, "auto")
@@ -224,60 +327,50 @@ def create(nbytes: int, device: torch.device, job_dir: str) -> tuple[Arena, str 
         why = f"{ARENA_ENV}=mmap"
     elif device.type == "cuda":
         try:
-            drv = _Driver.get()
-            torch.cuda.set_device(device)
-            torch.zeros(1, device=device)  # the primary context, current on this thread
-            drv.require_context()
-            ptr = drv.alloc(nbytes)
-            try:
-                handle = drv.export(ptr)
-                mem = torch.as_tensor(_CAI(ptr, nbytes), device=device)
-                mem.zero_()
-                torch.cuda.synchronize(device)
-            except BaseException:
-                drv.free(ptr)
-                raise
-            return Arena("cuda_ipc", mem, {"kind": "cuda_ipc", "handle": handle.hex(),
-                                           "size": nbytes},
-                         lambda: (torch.cuda.synchronize(device), drv.free(ptr))), None
-        except (ArenaError, RuntimeError, TypeError) as exc:
+            return _cuda_arena(nbytes, device), None
+        except (ArenaError, RuntimeError, TypeError, OSError) as exc:
             why = str(exc)
-    path = os.path.join(job_dir, ARENA_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.memfd_create("cuda-agent-arena", os.MFD_CLOEXEC)
     try:
         os.ftruncate(fd, nbytes)
-    finally:
+        mem, m = _map_fd(fd, nbytes)
+    except BaseException:
         os.close(fd)
-    return Arena("mmap", _mmap(path, nbytes), {"kind": "mmap", "path": ARENA_FILE,
-                                               "size": nbytes}), why
+        raise
+    return Arena("memfd", mem, {"kind": "memfd", "size": nbytes}, m.close, fd), why
 
 
-def open_arena(desc: Any, device: torch.device) -> Arena:
-    """The candidate's side of the arena described by desc (from job.json)."""
+def open_arena(desc: Any, device: torch.device, fd: int) -> Arena:
+    """The candidate's side of the arena described by desc (from job.json), whose descriptor
+    the trusted side handed over as fd (the arena keeps it and closes it with itself)."""
     if not isinstance(desc, dict) or not isinstance(desc.get("size"), int) or \
             desc["size"] <= 0:
         raise ArenaError(f"bad arena description {desc!r}")
+    if not isinstance(fd, int) or fd < 0:
+        raise ArenaError("no descriptor for the arena")
     size = desc["size"]
-    if desc.get("kind") == "cuda_ipc":
+    st = os.fstat(fd)
+    if desc.get("kind") == "cuda_vmm":
         if device.type != "cuda":
             raise ArenaError("a CUDA arena for a candidate that is not on a CUDA device")
-        handle = bytes.fromhex(str(desc.get("handle", "")))
-        if len(handle) != _IPC_HANDLE_SIZE:
-            raise ArenaError("bad CUDA IPC handle")
         drv = _Driver.get()
         drv.require_context()
-        ptr = drv.open(handle)
+        ordinal = _ordinal(device)
+        handle = drv.import_fd(fd)
+        try:
+            ptr = drv.map(handle, size, ordinal)
+        except BaseException:
+            drv._release(handle)
+            raise
         try:
             mem = torch.as_tensor(_CAI(ptr, size), device=device)
         except BaseException:
-            drv.close(ptr)
+            drv.unmap(ptr, handle, size)
             raise
-        return Arena("cuda_ipc", mem, desc, lambda: drv.close(ptr))
-    if desc.get("kind") == "mmap":
-        path = desc.get("path")
-        if path != ARENA_FILE:
-            raise ArenaError(f"bad arena file {path!r}")
-        if os.path.getsize(path) != size:
+        return Arena("cuda_vmm", mem, desc, lambda: drv.unmap(ptr, handle, size), fd)
+    if desc.get("kind") == "memfd":
+        if st.st_size != size:
             raise ArenaError(f"the arena file is not {size} bytes")
-        return Arena("mmap", _mmap(path, size), desc)
+        mem, m = _map_fd(fd, size)
+        return Arena("memfd", mem, desc, m.close, fd)
     raise ArenaError(f"unknown arena kind {desc.get('kind')!r}")

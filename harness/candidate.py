@@ -1,32 +1,35 @@
 """candidate.py: the untrusted side of an evaluation. Runs one candidate, then exits.
 
-Started by harness/evaluate.py (the trusted side) in a fresh temporary directory, with a clean
+Started by harness/candidate_proc.py (for the trusted side, evaluate.py), in the candidate
+sandbox (`cuda-agent candidate-sandbox`) unless the operator turned it off, with a clean
 environment and its own process group:
 
-    python3 harness/candidate.py --job DIR --report-fd N
-    python3 harness/candidate.py --prewarm --report-fd N     (reads DIR from the first stdin line)
+    python3 harness/candidate.py --device DEV --report-fd N [--lockdown-fd M]
 
-DIR holds what the trusted side wrote (job.json, init_inputs.pt, state_dict.pt, and for an
-extra shape that changes the model's sizes init_inputs_K.pt, state_dict_K.pt); the input
-sets themselves lie in the evaluator's shared memory (harness/arena.py: device memory through
-CUDA IPC, or a shared file), described in job.json. This process imports timing.py first
-(capturing timers before any candidate code exists), initialises the device, opens the arena,
-loads the extension as the module `cuda_extension` (a compiled .so, or for tests only a Python
-file), imports model_new.py by path, builds ModelNew(*init_inputs), loads Model's state_dict
-(strict) (and, when an input set names another of the job's models, that one too, before
-the set) and then, for every input set: poisons freed device memory with NaN (so unwritten
-output elements show), runs forward under torch.no_grad() directly on the arena's input views,
-synchronises, and copies each output into its arena slot for the trusted side to compare (the
-trusted side checks the inputs for mutation in place); where the forward raises an ordinary
-exception on a set the job marks may_refuse (a shape the evaluator derived), it reports the
-refusal and goes on with the next set. It never sees the reference outputs or
-the seeds. After all sets it waits for one stdin line: "time" (measure the forward on input
-set 0 with timing.measure and report; then, on a further line "post", run the post-timing
-input set, written to the arena only then, and report it like a verified one) or anything
-else (stop).
+It imports timing.py first (capturing timers before any candidate code exists), initialises
+the device, warms the profiler, installs the lockdown filter read from fd M (from then on it
+can start no process, run no program and open no socket), reports "ready" and waits for its
+job on stdin, a Unix socket: one JSON line {"job": DIR} carrying the arena's descriptor.
+DIR (read-only) holds what the trusted side wrote: job.json, init_inputs.pt, state_dict.pt
+(and for an extra shape that changes the model's sizes init_inputs_K.pt, state_dict_K.pt),
+the extension and model_new.py; the input sets themselves lie in the arena (harness/arena.py:
+device memory or a memfd shared by descriptor), described in job.json. It opens the arena,
+loads the extension as the module `cuda_extension` (a compiled .so, or for tests only a
+Python file), imports model_new.py by path, builds ModelNew(*init_inputs), loads Model's
+state_dict (strict) (and, when an input set names another of the job's models, that one too,
+before the set) and then, for every input set: poisons freed device memory with NaN (so
+unwritten output elements show), runs forward under torch.no_grad() directly on the arena's
+input views, synchronises, and copies each output into its arena slot for the trusted side to
+compare (the trusted side checks the inputs for mutation in place); where the forward raises
+an ordinary exception on a set the job marks may_refuse (a shape the evaluator derived), it
+reports the refusal and goes on with the next set. It never sees the reference outputs or
+the seeds. After all sets it waits for one more line on stdin: "time" (measure the forward on
+input set 0 with timing.measure and report; then, on a further line "post", run the
+post-timing input set, written to the arena only then, and report it like a verified one) or
+anything else (stop).
 
 Messages go to the trusted side as JSON lines on fd N (see docs/internals/harness.md):
-  {"type": "ready"}                                  (--prewarm only, before reading DIR)
+  {"type": "ready", "lockdown": bool}                 (before reading the job)
   {"type": "stage", "stage": NAME}
   {"type": "set", "index": i, "outputs": [META...], "forward_ms": T}
   {"type": "set", "index": i, "refused": MESSAGE}     (the forward raised on a may_refuse set)
@@ -57,8 +60,9 @@ import ctypes  # noqa: E402
 import faulthandler  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
+import socket  # noqa: E402
 import traceback  # noqa: E402
-from typing import Any, NoReturn  # noqa: E402
+from typing import Any  # noqa: E402
 
 import torch  # noqa: E402  (already imported by timing)
 
@@ -84,6 +88,67 @@ class Channel:
         while view:
             n = _os_write(self.fd, view)
             view = view[n:]
+
+
+class Control:
+    """Lines from the trusted side on stdin, a Unix socket; the first one carries descriptors."""
+
+    MAX_LINE = 1 << 16
+
+    def __init__(self, fd: int = 0):
+        self.sock = socket.socket(fileno=fd)
+        self.buf = b""
+        self.fds: list[int] = []
+
+    def readline(self) -> str:
+        while b"\n" not in self.buf:
+            try:
+                data, fds, _, _ = socket.recv_fds(self.sock, self.MAX_LINE, 4)
+            except OSError:
+                return ""
+            self.fds.extend(fds)
+            if not data:
+                return ""
+            self.buf += data
+            if len(self.buf) > self.MAX_LINE:
+                return ""
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode("utf-8", "replace")
+
+
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install_lockdown(fd: int) -> None:
+    """Installs the lockdown filter (raw BPF, as `cuda-agent candidate-sandbox` wrote it into
+    fd) on this process and every thread it starts later. No new processes, programs or
+    sockets from here on; raises OSError when the kernel refuses it."""
+    with os.fdopen(fd, "rb") as f:
+        prog = f.read(1 << 20)
+    if not prog or len(prog) % 8:
+        raise OSError("the lockdown filter is empty or malformed")
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = _SockFprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                           ctypes.c_ulong]
+    # Every thread torch started already must be covered too: SECCOMP_FILTER_FLAG_TSYNC
+    # through seccomp(2) applies it to all of them.
+    SYS_seccomp = 317 if os.uname().machine == "x86_64" else 277
+    SECCOMP_SET_MODE_FILTER = 1
+    SECCOMP_FILTER_FLAG_TSYNC = 1
+    libc.syscall.restype = ctypes.c_long
+    rc = libc.syscall(ctypes.c_long(SYS_seccomp), ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
+                      ctypes.c_uint(SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog))
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"installing the lockdown filter failed: {os.strerror(err)}"
+                           + (f" (thread {rc} could not be synchronised)" if rc > 0 else ""))
 
 
 class Failure(Exception):
@@ -200,9 +265,10 @@ def _describe(leaf: Any) -> dict[str, Any]:
 
 
 class Runner:
-    def __init__(self, job: dict[str, Any], chan: Channel):
+    def __init__(self, job: dict[str, Any], chan: Channel, control: Control):
         self.job = job
         self.chan = chan
+        self.control = control
         self.device = timing.resolve_device(job["device"])
         self.model: Any = None
         self.model_cls: Any = None
@@ -232,7 +298,8 @@ class Runner:
     def _run(self) -> bool:
         job = self.job
         try:
-            self.arena = ar.open_arena(job.get("arena"), self.device)
+            fd = self.control.fds[0] if self.control.fds else -1
+            self.arena = ar.open_arena(job.get("arena"), self.device, fd)
         except (ar.ArenaError, OSError, RuntimeError) as exc:
             raise Failure("protocol", f"cannot open the evaluator's shared memory: {exc}")
 
@@ -263,13 +330,13 @@ class Runner:
             self.send_launch_evidence()
         self.chan.send({"type": "verified"})
 
-        command = sys.stdin.readline().strip()
+        command = self.control.readline().strip()
         if command != "time":
             return False
         self.stage("timing")
         self.time_forward()
         post = job.get("post_timing_set")
-        if post is not None and sys.stdin.readline().strip() == "post":
+        if post is not None and self.control.readline().strip() == "post":
             # Its inputs are written to the arena only now that the timing is over.
             self.stage("post_timing")
             self.verify_set(int(post), fresh=True)
@@ -475,46 +542,44 @@ class Runner:
         self.chan.send({"type": "timing", "stats": stats})
 
 
-def _usage_exit(parser: argparse.ArgumentParser, message: str) -> NoReturn:
-    parser.print_usage(sys.stderr)
-    print(f"candidate.py: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Run one candidate for harness/evaluate.py (untrusted side).")
-    parser.add_argument("--job", help="the job directory written by evaluate.py")
-    parser.add_argument("--prewarm", action="store_true",
-                        help="import torch and initialise the device first, report 'ready', "
-                             "then read the job directory from the first line of stdin")
-    parser.add_argument("--device", default="cuda",
-                        help="with --prewarm: the device to initialise before the job arrives")
+    parser.add_argument("--device", default="cuda", help="the device to initialise")
     parser.add_argument("--report-fd", type=int, required=True,
                         help="file descriptor of the pipe for JSON-line messages")
+    parser.add_argument("--lockdown-fd", type=int,
+                        help="file descriptor holding the lockdown filter to install before "
+                             "the job (in the candidate sandbox)")
     args = parser.parse_args(argv)
-    if bool(args.job) == bool(args.prewarm):
-        _usage_exit(parser, "give exactly one of --job DIR and --prewarm")
 
     chan = Channel(args.report_fd)
     faulthandler.enable(file=sys.stderr, all_threads=True)
-
-    job_dir = args.job
-    if args.prewarm:
-        _init_device(timing.resolve_device(args.device))
-        timing.warm_profiler(args.device)
-        chan.send({"type": "ready"})
-        job_dir = sys.stdin.readline().strip()
     try:
+        device = timing.resolve_device(args.device)
+        _init_device(device)
+        timing.warm_profiler(args.device)
+        if args.lockdown_fd is not None:
+            install_lockdown(args.lockdown_fd)
+    except BaseException as exc:  # noqa: BLE001  (nothing of the candidate's has run yet)
+        chan.send({"type": "failure", "kind": "protocol",
+                   "message": f"the candidate process could not start: "
+                              f"{type(exc).__name__}: {exc}", "details": {}})
+        return 1
+    chan.send({"type": "ready", "lockdown": args.lockdown_fd is not None})
+    control = Control(0)
+    line = control.readline()
+    try:
+        job_dir = json.loads(line)["job"]
         os.chdir(job_dir)
         with open("job.json", encoding="utf-8") as f:
             job = json.load(f)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         chan.send({"type": "failure", "kind": "protocol",
-                   "message": f"cannot read the job in {job_dir!r}: {exc}", "details": {}})
+                   "message": f"cannot read the job ({line[:200]!r}): {exc}", "details": {}})
         return 1
 
-    runner = Runner(job, chan)
+    runner = Runner(job, chan, control)
     try:
         runner.run()
     except Failure as f:

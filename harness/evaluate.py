@@ -32,6 +32,7 @@ if not sys.path or os.path.abspath(sys.path[0]) != _HERE:
 import timing  # noqa: E402
 import harness_util as hu  # noqa: E402
 import arena as ar  # noqa: E402
+import candidate_proc as cp  # noqa: E402
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
@@ -41,11 +42,7 @@ import inspect  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
-import queue  # noqa: E402
 import shutil  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -53,7 +50,6 @@ from typing import Any, Callable  # noqa: E402
 
 import torch  # noqa: E402
 
-CANDIDATE_PY = os.path.join(_HERE, "candidate.py")
 TESTING_ENV = "CUDA_AGENT_HARNESS_TESTING"
 DEFAULT_TOL = 1e-2
 DEFAULT_TIMEOUT_S = 120.0
@@ -95,9 +91,6 @@ PEAK_FLOPS = (
 )
 
 # Environment variables the candidate process inherits; everything else is dropped.
-ENV_PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "PYTHONPATH",
-                   "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS",
-                   "MKL_NUM_THREADS")
 # Input domains whose inputs may be replaced by heavy-tailed mixed-sign values.
 ADVERSARIAL_DOMAINS = ("real",)
 # Shapes a task may declare in EXTRA_SHAPES.
@@ -182,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the torch.compile baseline")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter for the candidate process (default: this one)")
+    box = p.add_mutually_exclusive_group()
+    box.add_argument("--sandbox", metavar="CUDA_AGENT",
+                     help="run the candidate in the candidate sandbox of this cuda-agent binary "
+                          "(`cuda-agent candidate-sandbox`); one of --sandbox and --no-sandbox "
+                          "is required")
+    box.add_argument("--no-sandbox", action="store_true",
+                     help="run the candidate as a plain child process, WITHOUT isolation "
+                          "(unsafe: for hosts that cannot build the sandbox)")
     p.add_argument("--tmp-dir", default=None, help="where candidate directories are made")
     p.add_argument("--keep-temp", action="store_true",
                    help="keep the candidate's directory (debugging)")
@@ -1180,221 +1181,7 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
 
 
 # ---------------------------------------------------------------------------------------
-# The candidate process
-
-
-class CandidateProcess:
-    """harness/candidate.py in its own process group, talking over a pipe (fd) and stdin."""
-
-    MAX_MESSAGES = 10000
-
-    def __init__(self, python: str, job_dir: str, env: dict[str, str], timeout_s: float,
-                 prewarm_device: str | None = None):
-        """Starts the candidate on job_dir now; with prewarm_device, starts it pre-warmed
-        (torch imported, the device initialised) and waiting for start_job()."""
-        r, w = os.pipe()
-        mode = ["--prewarm", "--device", prewarm_device] if prewarm_device else \
-            ["--job", job_dir]
-        try:
-            self.proc = subprocess.Popen(
-                [python, "-B", CANDIDATE_PY, *mode, "--report-fd", str(w)],
-                cwd=job_dir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, pass_fds=(w,), start_new_session=True,
-                close_fds=True)
-        except BaseException:
-            os.close(r)
-            os.close(w)
-            raise
-        os.close(w)
-        self.job_dir = job_dir
-        self.started = time.monotonic()
-        self.deadline = self.started + timeout_s
-        self.timeout_s = timeout_s
-        self.waiting = prewarm_device is not None
-        self._killed = False
-        self.messages: queue.Queue[Any] = queue.Queue()
-        self._tail = bytearray()
-        self._tail_lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read_messages, args=(r,), daemon=True)
-        self._reader.start()
-        self._drain = threading.Thread(target=self._read_output, daemon=True)
-        self._drain.start()
-
-    def wait_ready(self, timeout_s: float) -> bool:
-        """Pre-warmed only: True once the process said "ready" (within timeout_s)."""
-        try:
-            msg = self.messages.get(timeout=max(0.0, timeout_s))
-        except queue.Empty:
-            return False
-        if isinstance(msg, dict) and msg.get("type") == "ready":
-            return True
-        self.kill()  # died or misbehaved before its job
-        return False
-
-    def start_job(self, timeout_s: float) -> None:
-        """Pre-warmed only: hand over its job (already written into job_dir); the wall-clock
-        limit counts from now."""
-        self.started = time.monotonic()
-        self.deadline = self.started + timeout_s
-        self.timeout_s = timeout_s
-        self.waiting = False
-        self.send(self.job_dir)
-
-    def _read_messages(self, fd: int) -> None:
-        count = 0
-        with os.fdopen(fd, "rb") as f:
-            while True:
-                line = f.readline(hu.MAX_MESSAGE_BYTES + 1)
-                if not line:
-                    break
-                count += 1
-                if len(line) > hu.MAX_MESSAGE_BYTES or count > self.MAX_MESSAGES:
-                    self.messages.put({"type": "_protocol",
-                                       "message": "the candidate sent an oversized message "
-                                                  "or too many messages"})
-                    break
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    self.messages.put({"type": "_protocol",
-                                       "message": "the candidate sent a line that is not JSON"})
-                    break
-                if not isinstance(msg, dict):
-                    self.messages.put({"type": "_protocol",
-                                       "message": "the candidate sent a non-object message"})
-                    break
-                self.messages.put(msg)
-        self.messages.put(None)
-
-    def _read_output(self) -> None:
-        assert self.proc.stdout is not None
-        while True:
-            chunk = self.proc.stdout.read1(65536) if hasattr(self.proc.stdout, "read1") \
-                else self.proc.stdout.read(65536)
-            if not chunk:
-                break
-            with self._tail_lock:
-                self._tail += chunk
-                if len(self._tail) > 2 * hu.STDERR_TAIL_BYTES:
-                    del self._tail[:-hu.STDERR_TAIL_BYTES]
-
-    def output_tail(self) -> str:
-        self._drain.join(timeout=1.0)
-        with self._tail_lock:
-            data = bytes(self._tail[-hu.STDERR_TAIL_BYTES:])
-        return data.decode("utf-8", "replace")
-
-    def next_message(self) -> dict[str, Any] | None:
-        """The next message; None at EOF; raises TimeoutError past the deadline."""
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError
-        try:
-            return self.messages.get(timeout=remaining)
-        except queue.Empty:
-            raise TimeoutError from None
-
-    def send(self, line: str) -> None:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write((line + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            pass
-
-    def wait(self, timeout: float) -> int | None:
-        try:
-            return self.proc.wait(timeout=max(0.0, timeout))
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self) -> None:
-        """Kills the whole process group (the candidate and anything it started), once."""
-        if self._killed:
-            return
-        self._killed = True
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-        except OSError:
-            pass
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-
-def candidate_env(job_dir: str) -> dict[str, str]:
-    env = {k: os.environ[k] for k in ENV_PASSTHROUGH if k in os.environ}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update(HOME=job_dir, TMPDIR=job_dir, PYTHONDONTWRITEBYTECODE="1",
-               PYTHONUNBUFFERED="1")
-    return env
-
-
-class CandidatePool:
-    """Pre-warmed candidate processes for a long-lived trusted worker (harness/worker.py).
-    Each waits in its own fresh 0700 directory (its cwd, HOME and TMPDIR, as for a candidate
-    started on demand), takes exactly one job and is then killed with its process group."""
-
-    def __init__(self, python: str, device: str, size: int, tmp_dir: str | None = None):
-        self.python = python
-        self.device = device
-        self.size = size
-        self.tmp_dir = tmp_dir
-        self.waiting: list[CandidateProcess] = []
-
-    def fill(self) -> None:
-        """Replaces used and dead processes; returns at once (they warm up meanwhile)."""
-        alive = []
-        for c in self.waiting:
-            if c.proc.poll() is None:
-                alive.append(c)
-            else:
-                c.kill()
-                shutil.rmtree(c.job_dir, ignore_errors=True)
-        self.waiting = alive
-        while len(self.waiting) < self.size:
-            d = tempfile.mkdtemp(prefix="cuda-agent-cand-", dir=self.tmp_dir)
-            os.chmod(d, 0o700)
-            self.waiting.append(CandidateProcess(self.python, d, candidate_env(d), 3600.0,
-                                                 prewarm_device=self.device))
-
-    def take(self, python: str, device: str, wait_s: float) -> CandidateProcess | None:
-        """A process that reported ready (waiting up to wait_s for the oldest), or None when
-        none fits this job (another interpreter or device) or none became ready."""
-        if python != self.python or device != self.device:
-            return None
-        while self.waiting:
-            c = self.waiting.pop(0)
-            if c.wait_ready(wait_s):
-                return c
-            c.kill()
-            shutil.rmtree(c.job_dir, ignore_errors=True)
-        return None
-
-    def close(self) -> None:
-        for c in self.waiting:
-            c.kill()
-            shutil.rmtree(c.job_dir, ignore_errors=True)
-        self.waiting = []
-
-
-def exit_description(rc: int) -> str:
-    if rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        return f"killed by {name}"
-    return f"exited with status {rc}"
+# What the candidate reported
 
 
 def check_reported(arena: ar.Arena, s: InputSet, msg: dict[str, Any], device: torch.device,
@@ -1839,7 +1626,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                         opts.rtol if opts.rtol is not None else DEFAULT_TOL)
     device = torch.device(opts.device)
     job_dir: str | None = None
-    cand: CandidateProcess | None = None
+    base_dir: str | None = None
+    cand: cp.CandidateProcess | None = None
     arena: ar.Arena | None = None
     prefetch: SetPrefetch | None = getattr(opts, "prefetch", None)
     prefetch_next: tuple | None = None
@@ -1928,38 +1716,48 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
 
         # -- the candidate's directory and process (pre-warmed when a pool has one)
         pool = getattr(opts, "pool", None)
-        cand = pool.take(opts.python, opts.device, PREWARM_WAIT_S) if pool is not None \
-            else None
-        if cand is not None:
-            job_dir = cand.job_dir
-        else:
-            job_dir = tempfile.mkdtemp(prefix="cuda-agent-cand-", dir=opts.tmp_dir)
-            os.chmod(job_dir, 0o700)
+        sandbox = cp.Sandbox.from_opts(opts)
+        cand = pool.take(opts.python, opts.device, sandbox, PREWARM_WAIT_S) \
+            if pool is not None else None
+        prewarmed = cand is not None
+        if cand is None:
+            cand = cp.CandidateProcess(opts.python, cp.make_base(opts.tmp_dir), opts.device,
+                                       sandbox, opts.timeout)
+        job_dir = cand.job_dir
+        base_dir = cand.base
         t_job = time.monotonic()
         job_models = [write_model(job_dir, 0, init_inputs, state)] + [
             write_model(job_dir, s.model_index, s.init or [], cpu_state(s.model))
             for s in all_sets if s.model is not None]
+        # The candidate's own files, copied: it sees neither the compile cache nor the
+        # candidate directory (which holds the reference's result afterwards).
+        ext_name = "cuda_extension.so" if opts.so else "cuda_extension.py"
+        shutil.copyfile(os.path.abspath(opts.so or opts.ext_module),
+                        os.path.join(job_dir, ext_name))
+        shutil.copyfile(os.path.join(opts.candidate_dir, "model_new.py"),
+                        os.path.join(job_dir, "model_new.py"))
         arena_bytes = lay_out(all_sets)
         try:
-            arena, why_not_ipc = ar.create(arena_bytes, device, job_dir)
+            arena, why_not_ipc = ar.create(arena_bytes, device)
         except (ar.ArenaError, OSError) as exc:
             raise EvalError("harness", f"cannot create the shared memory for the candidate: "
                                        f"{exc}", stage="setup")
         result["verification"]["transport"] = {"kind": arena.kind, "bytes": arena.size}
         if why_not_ipc is not None:
-            result["verification"]["transport"]["cuda_ipc_unavailable"] = \
+            result["verification"]["transport"]["device_memory_unavailable"] = \
                 hu.cap(why_not_ipc, 512)
-            log(f"CUDA IPC unavailable ({why_not_ipc}); tensors go through a shared file")
+            log(f"device memory cannot be shared ({why_not_ipc}); tensors go through host "
+                "memory")
         for s in sets:  # the post-timing set is written only once the timing is over
             fill_inputs(arena, s, device)
         elapsed["job_files"] = time.monotonic() - t_job
         out_bytes = [nbytes(x) for x in sets[0].ref]
-        ext_path = os.path.abspath(opts.so or opts.ext_module)
         job = {
             "device": str(device),
             "rules": opts.rules,
-            "extension": {"kind": "so" if opts.so else "py", "path": ext_path},
-            "model_new": os.path.abspath(os.path.join(opts.candidate_dir, "model_new.py")),
+            "extension": {"kind": "so" if opts.so else "py",
+                          "path": os.path.join(job_dir, ext_name)},
+            "model_new": os.path.join(job_dir, "model_new.py"),
             "n_sets": len(sets),
             "arena": arena.desc,
             "models": job_models,
@@ -1973,14 +1771,21 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         if opts.rules == "kernelbench":
             job["init_seed"] = init_seed  # never an input seed: those stay here
         hu.write_json_atomic(os.path.join(job_dir, "job.json"), job)
+        cp.share_job_files(job_dir)
         log(f"starting the candidate ({len(sets)} input sets)")
         t_cand = time.monotonic()
-        prewarmed = cand is not None
-        if cand is not None:
-            cand.start_job(opts.timeout)
-        else:
-            cand = CandidateProcess(opts.python, job_dir, candidate_env(job_dir), opts.timeout)
         result["candidate"] = {"exit_code": None, "last_stage": None, "prewarmed": prewarmed}
+        if not prewarmed and not cand.wait_ready(opts.timeout):
+            if cand.start_failure is not None:  # nothing of the candidate's ran yet
+                raise EvalError("harness", "the candidate process could not start: "
+                                           f"{cand.start_failure}", stage="setup")
+            rc = cand.wait(5.0)
+            raise EvalError("crash", "the candidate process did not get ready "
+                                     + (f"({cp.exit_description(rc)})" if rc is not None
+                                        else f"within {opts.timeout:g} s"),
+                            {"output_tail": cand.output_tail()}, stage="setup")
+        result["isolation"] = cand.isolation_record()
+        cand.start_job(opts.timeout, [arena.fd])
 
         # -- float64 references (while the candidate starts)
         t_ref = time.monotonic()
@@ -2065,6 +1870,9 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                 break
             elif mtype == "_protocol":
                 raise EvalError("protocol", str(msg.get("message")))
+            elif mtype == "_sandbox":
+                raise EvalError("harness", "the candidate sandbox could not be built: "
+                                           f"{msg.get('message')}", stage="setup")
         elapsed["candidate_verify"] = time.monotonic() - t_cand
 
         if verified and device.type == "cuda":
@@ -2141,7 +1949,7 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             raise EvalError("timeout", "the candidate stopped reporting but did not exit; "
                                        "killed", stage=stage_name)
         if rc != 0:
-            raise EvalError("crash", f"the candidate process {exit_description(rc)} (in its "
+            raise EvalError("crash", f"the candidate process {cp.exit_description(rc)} (in its "
                                      f"stage {result['candidate']['last_stage']!r})",
                             {"exit_code": rc, "output_tail": cand.output_tail()},
                             stage=stage_name)
@@ -2229,10 +2037,10 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             arena.close()  # after the candidate is gone
         if prefetch is not None and prefetch_next is not None:
             prefetch.start(*prefetch_next)
-        if job_dir is not None and not opts.keep_temp:
-            shutil.rmtree(job_dir, ignore_errors=True)
-        elif job_dir is not None:
-            log(f"kept the candidate directory {job_dir}")
+        if base_dir is not None and not opts.keep_temp:
+            shutil.rmtree(base_dir, ignore_errors=True)
+        elif base_dir is not None:
+            log(f"kept the candidate directory {base_dir}")
         elapsed["total"] = time.monotonic() - t_start
         result["elapsed_s"] = elapsed
 
@@ -2269,6 +2077,11 @@ def run(opts: argparse.Namespace) -> int:
                                      "--derived-shapes >= 0")
     if opts.budget_ms <= 0 or opts.timeout <= 0:
         return usage_error(opts.out, "--budget-ms and --timeout must be positive")
+    if not opts.no_sandbox and not opts.sandbox:
+        return usage_error(opts.out, "give --sandbox CUDA_AGENT (the candidate runs isolated) or "
+                                     "--no-sandbox (it runs WITHOUT isolation)")
+    if opts.sandbox and not os.access(opts.sandbox, os.X_OK):
+        return usage_error(opts.out, f"--sandbox {opts.sandbox}: not an executable")
     if opts.atol is not None and opts.atol < 0 or opts.rtol is not None and opts.rtol < 0:
         return usage_error(opts.out, "tolerances must be >= 0")
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """worker.py: a long-lived trusted GPU runner: evaluate.py without the start-up costs.
 
-    python3 harness/worker.py [--device cuda|cpu] [--prewarm N] [--python PATH]
+    python3 harness/worker.py (--sandbox CUDA_AGENT | --no-sandbox) [--device cuda|cpu]
+        [--prewarm N] [--python PATH]
 
 The evaluator service (src/eval/gpupool.c) starts one worker per visible GPU (with
 CUDA_VISIBLE_DEVICES naming that GPU) and sends it one job at a time. The worker has torch
@@ -39,6 +40,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
+import candidate_proc as cp  # noqa: E402
 import evaluate  # noqa: E402  (imports torch)
 import timing  # noqa: E402
 import torch  # noqa: E402
@@ -51,7 +53,7 @@ def reply(msg: dict) -> None:
     _REPLY.flush()
 
 
-def handle(line: str, pool: evaluate.CandidatePool, prefetch: evaluate.SetPrefetch,
+def handle(line: str, pool: cp.CandidatePool, prefetch: evaluate.SetPrefetch,
            python: str) -> dict:
     try:
         req = json.loads(line)
@@ -83,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python", default=sys.executable,
                    help="interpreter of the candidate processes (default: this one)")
     p.add_argument("--tmp-dir", help="where candidate directories are made (default TMPDIR)")
+    box = p.add_mutually_exclusive_group(required=True)
+    box.add_argument("--sandbox", metavar="CUDA_AGENT",
+                     help="pre-warm candidates in the candidate sandbox of this binary")
+    box.add_argument("--no-sandbox", action="store_true",
+                     help="pre-warm candidates WITHOUT isolation (unsafe)")
     opts = p.parse_args(argv)
     if opts.prewarm < 0:
         p.error("--prewarm must be >= 0")
@@ -93,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         torch.cuda.set_device(device)
         torch.zeros(1, device=device)  # creates the context now
-    pool = evaluate.CandidatePool(opts.python, opts.device, opts.prewarm, opts.tmp_dir)
+    pool = cp.CandidatePool(opts.python, opts.device, opts.prewarm, cp.Sandbox.from_opts(opts),
+                            opts.tmp_dir)
     prefetch = evaluate.SetPrefetch()
     try:
         pool.fill()

@@ -77,6 +77,7 @@ void cli_print_json(const struct json_t *v);
 bool cli_stdout_tty(void);
 
 int cmd_workspace(int argc, char **argv);
+int cmd_candidate_sandbox(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_tool(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -65,7 +65,8 @@ int cmd_eval(int argc, char **argv)
         {"no-compile-baseline", 0, CLI_OPT_FLAG, &o.no_compile_baseline, NULL,
          "time PyTorch eager only (KernelBench's baseline), not torch.compile"},
         {"no-sandbox", 0, CLI_OPT_FLAG, &o.no_sandbox, NULL,
-         "run compilers without the sandbox (hosts without user namespaces; unsafe)"},
+         "compile and run candidates WITHOUT the sandbox (hosts without user namespaces;\n"
+         "unsafe: candidate code then runs as this user)"},
         {"server", 0, CLI_OPT_STRING, &server, "SOCKET",
          "evaluate through the evaluator service (default $CUDA_AGENT_EVALUATOR when set)"},
         {"doctor", 0, CLI_OPT_FLAG, &doctor, NULL,

@@ -94,7 +94,8 @@ int cmd_evaluator(int argc, char **argv)
         {"cache-dir", 0, CLI_OPT_STRING, &o.base.cache_dir, "DIR",
          "evaluator cache (default $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent)"},
         {"no-sandbox", 0, CLI_OPT_FLAG, &o.base.no_sandbox, NULL,
-         "run compilers without the sandbox (hosts without user namespaces; unsafe)"},
+         "compile and run candidates WITHOUT the sandbox (hosts without user namespaces;\n"
+         "unsafe: candidate code then runs as this user)"},
         {0},
     };
     const struct cli_spec spec = {

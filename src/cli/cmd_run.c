@@ -174,7 +174,7 @@ int cmd_run(int argc, char **argv)
          "evaluator service socket (default $CUDA_AGENT_EVALUATOR, else in process)"},
         {"cache-dir", 0, CLI_OPT_STRING, &o.cache_dir, "DIR", "evaluator cache"},
         {"eval-no-sandbox", 0, CLI_OPT_FLAG, &o.eval_no_sandbox, NULL,
-         "run the evaluator's compilers without the sandbox (unsafe)"},
+         "run the evaluator's compilers and candidates without the sandbox (unsafe)"},
         {"state-dir", 0, CLI_OPT_STRING, &o.state_dir, "DIR", "where the episode keeps its state"},
         {"insecure-no-sandbox", 0, CLI_OPT_FLAG, &insecure, NULL,
          "run the tools WITHOUT a sandbox (unsafe)"},

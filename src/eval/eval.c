@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,21 @@ const char *eval_python(void)
 {
     const char *p = getenv("CUDA_AGENT_PYTHON");
     return p && *p ? p : "python3";
+}
+
+static char self_exe[CA_LIMIT_PATH];
+
+static void find_self_exe(void)
+{
+    ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+    self_exe[n > 0 ? n : 0] = '\0';
+}
+
+const char *eval_sandbox_bin(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, find_self_exe);
+    return self_exe[0] ? self_exe : NULL;
 }
 
 int eval_cache_root(const struct eval_opts *o, struct buf *out, struct ca_err *err)
@@ -338,6 +354,16 @@ static int run_harness(const struct eval_opts *o, const char *cache, const char 
         argv[n++] = "--no-timing";
     if (o->no_compile_baseline)
         argv[n++] = "--no-compile";
+    const char *box = o->no_sandbox ? NULL : eval_sandbox_bin();
+    if (!o->no_sandbox && !box) {
+        rc = err_setf(err, CA_EUNAVAIL,
+                      "cannot find this program (/proc/self/exe) to run the "
+                      "candidate sandbox");
+        goto done;
+    }
+    argv[n++] = box ? "--sandbox" : "--no-sandbox";
+    if (box)
+        argv[n++] = box;
     argv[n++] = "--out";
     argv[n++] = out.data;
     argv[n] = NULL;

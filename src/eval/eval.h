@@ -61,6 +61,9 @@ int eval_cache_root(const struct eval_opts *opts, struct buf *out,
                     struct ca_err *err) WARN_UNUSED_RESULT;
 /* The Python interpreter with PyTorch: $CUDA_AGENT_PYTHON, else python3. */
 const char *eval_python(void);
+/* This program, whose `candidate-sandbox` command the harness runs every candidate in
+ * (/proc/self/exe); NULL when it cannot be found. */
+const char *eval_sandbox_bin(void);
 /* Discover the toolchain and build the precompiled header now (service start-up). */
 int eval_warm(const struct eval_opts *opts, struct ca_err *err) WARN_UNUSED_RESULT;
 

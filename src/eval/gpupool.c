@@ -103,8 +103,11 @@ static void runner_stop(struct runner *r)
 
 static int runner_start(struct gpupool *p, struct runner *r, struct ca_err *err)
 {
-    const char *argv[] = {p->o.python, "-B",        p->worker_py, "--device",
-                          p->o.device, "--prewarm", p->prewarm,   NULL};
+    const char *argv[] = {p->o.python,      "-B",
+                          p->worker_py,     "--device",
+                          p->o.device,      "--prewarm",
+                          p->prewarm,       p->o.sandbox_bin ? "--sandbox" : "--no-sandbox",
+                          p->o.sandbox_bin, NULL};
     struct proc_opts po = {.argv = argv, .env = (const char *const *)r->env};
     int rc = proc_spawn(&po, p->o.log_fd, &r->child, err);
     if (rc)

@@ -34,6 +34,8 @@ struct gpupool_opts {
     size_t n;                /* runners: 1..GPUPOOL_MAX_RUNNERS */
     int prewarm;             /* candidates each runner keeps warm (worker.py --prewarm) */
     int log_fd;              /* runners' stderr; < 0: inherited */
+    const char *sandbox_bin; /* cuda-agent, whose candidate-sandbox isolates candidates;
+                                NULL: candidates run WITHOUT isolation (--no-sandbox) */
 };
 
 struct gpupool;

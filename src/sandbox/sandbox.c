@@ -275,7 +275,34 @@ static void plan_system(struct sandbox__plan *p)
     }
 }
 
-static void plan_dev(struct sandbox__plan *p)
+static void add_device(struct sandbox__plan *p, const char *path)
+{
+    add_op(p, SANDBOX__OP_FILE, path, xstrfmt("create mount point %s", path))->mode = 0666;
+    struct sandbox__op *op = add_op(p, SANDBOX__OP_BIND, path, xstrfmt("bind device %s", path));
+    op->src = pool(p, xstrfmt(SANDBOX__OLDROOT "%s", path));
+    op->attr = SANDBOX__ATTR_NOSUID | SANDBOX__ATTR_NOEXEC;
+}
+
+/* A device the caller asked for: a character device directly under /dev. */
+static int check_device(const char *path, struct ca_err *err)
+{
+    const char *name = path && strncmp(path, "/dev/", 5) == 0 ? path + 5 : NULL;
+    struct stat st;
+    if (!name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+        strcmp(name, "shm") == 0)
+        return err_setf(err, CA_EUSAGE, "sandbox: device '%s' is not a node directly under /dev",
+                        path ? path : "(null)");
+    if (lstat(path, &st) != 0)
+        return err_setf(err, -errno, "sandbox: device %s: %s", path, strerror(errno));
+    if (!S_ISCHR(st.st_mode))
+        return err_setf(err, CA_EUSAGE, "sandbox: %s is not a character device", path);
+    for (size_t i = 0; i < ARRAY_SIZE(devices); i++)
+        if (strcmp(name, devices[i]) == 0)
+            return 1; /* already there */
+    return 0;
+}
+
+static int plan_dev(struct sandbox__plan *p, const char *const *extra, struct ca_err *err)
 {
     add_mkdir(p, "/dev", 0755);
     add_mount(p, "tmpfs", "/dev", MS_NOSUID | MS_NOEXEC, SANDBOX__DEV_TMPFS);
@@ -285,10 +312,19 @@ static void plan_dev(struct sandbox__plan *p)
         struct stat st;
         if (stat(path, &st) != 0 || !S_ISCHR(st.st_mode))
             continue;
-        add_op(p, SANDBOX__OP_FILE, path, xstrfmt("create mount point %s", path))->mode = 0666;
-        struct sandbox__op *op = add_op(p, SANDBOX__OP_BIND, path, xstrfmt("bind device %s", path));
-        op->src = pool(p, xstrfmt(SANDBOX__OLDROOT "%s", path));
-        op->attr = SANDBOX__ATTR_NOSUID | SANDBOX__ATTR_NOEXEC;
+        add_device(p, path);
+    }
+    for (size_t i = 0; extra && extra[i]; i++) {
+        if (i == SANDBOX_MAX_DEVICES)
+            return err_setf(err, CA_EUSAGE, "sandbox: more than %d devices", SANDBOX_MAX_DEVICES);
+        bool dup = false;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = strcmp(extra[i], extra[j]) == 0;
+        int rc = check_device(extra[i], err);
+        if (rc < 0)
+            return rc;
+        if (rc == 0 && !dup)
+            add_device(p, extra[i]);
     }
     for (size_t i = 0; i < ARRAY_SIZE(dev_links); i++) {
         char path[64];
@@ -299,6 +335,7 @@ static void plan_dev(struct sandbox__plan *p)
     add_mount(p, "tmpfs", "/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC, SANDBOX__SHM_TMPFS);
     add_op(p, SANDBOX__OP_SETATTR, "/dev", xstrdup("make /dev read-only"))->attr =
         SANDBOX__ATTR_RDONLY | SANDBOX__ATTR_NOSUID | SANDBOX__ATTR_NOEXEC;
+    return 0;
 }
 
 static bool hostname_ok(const char *h)
@@ -327,11 +364,14 @@ static int plan_build(const struct sandbox_opts *o, struct sandbox__plan *p, cha
 {
     memset(p, 0, sizeof(*p));
     p->insecure = o->flags & SANDBOX_INSECURE;
-    p->uid = geteuid();
-    p->gid = getegid();
+    p->uid = o->set_outer_ids ? o->outer_uid : geteuid();
+    p->gid = o->set_outer_ids ? o->outer_gid : getegid();
+    p->foreign_ids = p->uid != geteuid() || p->gid != getegid();
     const struct sandbox_limits *l = &o->limits;
     p->cpu_seconds = l->cpu_seconds ? l->cpu_seconds : SANDBOX__DEF_CPU_SECONDS;
-    p->address_space = l->address_space ? l->address_space : SANDBOX__DEF_ADDRESS_SPACE;
+    p->address_space = l->address_space == SANDBOX_UNLIMITED ? 0
+                       : l->address_space                    ? l->address_space
+                                                             : SANDBOX__DEF_ADDRESS_SPACE;
     /* Without a pid namespace RLIMIT_NPROC would count all of this user's
      * processes on the host, not the sandbox's. */
     p->nproc = p->insecure ? 0 : l->nproc ? l->nproc : SANDBOX__DEF_NPROC;
@@ -427,7 +467,9 @@ static int plan_build(const struct sandbox_opts *o, struct sandbox__plan *p, cha
         if (rc)
             return rc;
     }
-    plan_dev(p);
+    int rc = plan_dev(p, o->devices, err);
+    if (rc)
+        return rc;
 
     for (size_t i = 0; i < ARRAY_SIZE(proc_ro); i++) {
         op = add_op(p, SANDBOX__OP_BIND_SELF, proc_ro[i], xstrfmt("make %s read-only", proc_ro[i]));
@@ -493,10 +535,12 @@ static int write_file(pid_t pid, const char *name, const char *s, struct ca_err 
     return 0;
 }
 
-static int write_maps(pid_t pid, uid_t uid, gid_t gid, struct ca_err *err)
+/* Foreign ids (a root caller mapping another user) leave setgroups allowed:
+ * init drops the supplementary groups it inherited before taking the ids. */
+static int write_maps(pid_t pid, uid_t uid, gid_t gid, bool foreign, struct ca_err *err)
 {
     char map[64];
-    int rc = write_file(pid, "setgroups", "deny", err);
+    int rc = foreign ? 0 : write_file(pid, "setgroups", "deny", err);
     if (rc == -ENOENT)
         rc = 0; /* before Linux 3.19 there is no such file (nor the need) */
     if (!rc) {
@@ -616,7 +660,7 @@ static int request(struct sandbox *sb, struct sandbox__msg *m, const void *paylo
     m->seq = ++sb->seq;
     m->len = (uint32_t)len;
     struct iovec iov[2] = {{m, sizeof(*m)}, {(void *)payload, len}};
-    char cbuf[CMSG_SPACE(3 * sizeof(int))];
+    char cbuf[CMSG_SPACE(SANDBOX__EXEC_NFDS * sizeof(int))];
     memset(cbuf, 0, sizeof(cbuf));
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
     if (nfds) {
@@ -693,6 +737,9 @@ static int setup_error(const struct sandbox__plan *p, const struct sandbox__msg 
         return err_setf(err, CA_EUNAVAIL, "sandbox set-up: PR_SET_NO_NEW_PRIVS: %s", why);
     case SANDBOX__STEP_CAPS:
         return err_setf(err, code, "sandbox set-up: drop capabilities: %s", why);
+    case SANDBOX__STEP_IDS:
+        return err_setf(err, code, "sandbox set-up: take the ids %u:%u: %s", (unsigned)p->uid,
+                        (unsigned)p->gid, why);
     case SANDBOX__STEP_SECCOMP:
         return err_setf(err, CA_EUNAVAIL,
                         "sandbox set-up: load the seccomp filter: %s (seccomp filters are not "
@@ -785,7 +832,7 @@ int sandbox_start(const struct sandbox_opts *opts, struct sandbox **out, struct 
     close_fd(&sv[1]);
 
     if (!plan.insecure) {
-        rc = write_maps(pid, plan.uid, plan.gid, err);
+        rc = write_maps(pid, plan.uid, plan.gid, plan.foreign_ids, err);
         if (rc)
             goto fail;
         sandbox__cgroup_setup(&sb->cg, pid,
@@ -897,10 +944,16 @@ int sandbox_exec(struct sandbox *sb, const struct sandbox_cmd *cmd, int *pid, st
     *pid = -1;
     if (!cmd->argv || !cmd->argv[0] || !cmd->argv[0][0])
         return err_setf(err, CA_EUSAGE, "sandbox_exec: empty argv");
-    const int given[3] = {cmd->stdin_fd, cmd->stdout_fd, cmd->stderr_fd};
-    int fds[3], nfds = 0;
+    if (cmd->n_extra_fds > SANDBOX_MAX_EXTRA_FDS || (cmd->n_extra_fds && !cmd->extra_fds))
+        return err_setf(err, CA_EUSAGE,
+                        "cannot run '%s' in the sandbox: %zu extra fds (at most %d)", cmd->argv[0],
+                        cmd->n_extra_fds, SANDBOX_MAX_EXTRA_FDS);
+    int given[SANDBOX__EXEC_NFDS] = {cmd->stdin_fd, cmd->stdout_fd, cmd->stderr_fd};
+    for (int i = 3; i < SANDBOX__EXEC_NFDS; i++)
+        given[i] = (size_t)(i - 3) < cmd->n_extra_fds ? cmd->extra_fds[i - 3] : -1;
+    int fds[SANDBOX__EXEC_NFDS], nfds = 0;
     uint32_t mask = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < SANDBOX__EXEC_NFDS; i++) {
         if (given[i] < 0)
             continue;
         if (fcntl(given[i], F_GETFD) < 0)
@@ -1024,6 +1077,11 @@ int sandbox_wait(struct sandbox *sb, int pid, int64_t timeout_ms, int *status, s
 pid_t sandbox_init_pid(const struct sandbox *sb)
 {
     return sb->init_pid;
+}
+
+const char *sandbox_limits_desc(const struct sandbox *sb)
+{
+    return sb->cg.desc;
 }
 
 const char *sandbox__cgroup_desc(const struct sandbox *sb)

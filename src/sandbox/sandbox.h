@@ -41,9 +41,17 @@
 #define SANDBOX_WORKSPACE "/workspace"
 #define SANDBOX_CONTROL "/run/cuda-agent"
 
+/* A limit of struct sandbox_limits that is not set at all (e.g. the address
+ * space of a CUDA program, which reserves far more than it uses). */
+#define SANDBOX_UNLIMITED UINT64_MAX
+/* Descriptors a program can be given beyond 0-2 (struct sandbox_cmd). */
+#define SANDBOX_MAX_EXTRA_FDS 4
+/* Device nodes a sandbox can be given beyond the fixed set (sandbox_opts). */
+#define SANDBOX_MAX_DEVICES 32
+
 struct sandbox_limits {
     uint64_t cpu_seconds;   /* RLIMIT_CPU per process; 0 = default (600) */
-    uint64_t address_space; /* RLIMIT_AS bytes; 0 = default (8 GiB) */
+    uint64_t address_space; /* RLIMIT_AS bytes; 0 = default (8 GiB); SANDBOX_UNLIMITED */
     uint64_t nproc;         /* max processes in the sandbox; 0 = default (256) */
     uint64_t nofile;        /* RLIMIT_NOFILE; 0 = default (1024) */
     uint64_t fsize;         /* RLIMIT_FSIZE bytes; 0 = default (1 GiB) */
@@ -65,6 +73,17 @@ struct sandbox_opts {
      * /workspace, /run, /tmp, /dev, /proc or /etc are refused. */
     const char *const *extra_ro_binds;
     const char *hostname; /* default "sandbox" */
+    /* Host character devices bound at the same path under /dev (e.g. the GPU's nodes,
+     * "/dev/nvidia0"); NULL-terminated, at most SANDBOX_MAX_DEVICES. A path that is not a
+     * character device under /dev is refused. */
+    const char *const *devices;
+    /* Who the sandbox is on the host: its uid 0 maps to outer_uid (and gid 0 to outer_gid)
+     * when set_outer_ids, else to the caller's own ids. Another uid can only be mapped by a
+     * caller that holds CAP_SETUID (root): then the sandbox runs as that unprivileged user
+     * and can read on the host only what that user may read. */
+    bool set_outer_ids;
+    uid_t outer_uid;
+    gid_t outer_gid;
     struct sandbox_limits limits;
     unsigned flags;
 };
@@ -86,7 +105,10 @@ struct sandbox_cmd {
     const char *const *env; /* NULL: a minimal default (PATH, HOME=/tmp, LANG=C.UTF-8, TERM=dumb) */
     const char *cwd;        /* inside the sandbox; NULL: /workspace */
     int stdin_fd, stdout_fd, stderr_fd; /* host fds given to the program; -1: /dev/null */
-    bool new_pgroup;                    /* put the program in its own process group */
+    /* More host fds, given to the program as fds 3, 4, ... (at most SANDBOX_MAX_EXTRA_FDS). */
+    const int *extra_fds;
+    size_t n_extra_fds;
+    bool new_pgroup; /* put the program in its own process group */
 };
 
 /*
@@ -137,6 +159,19 @@ void sandbox_run_result_release(struct sandbox_run_result *r);
 int sandbox_run(const struct sandbox_opts *opts, const char *const *argv, int64_t timeout_ms,
                 size_t out_max, struct sandbox_run_result *r,
                 struct ca_err *err) WARN_UNUSED_RESULT;
+
+/*
+ * The lockdown filter, as raw BPF (an array of struct sock_filter) appended
+ * to *out: what a program that has finished starting up no longer needs and
+ * must not do (new processes, program execution, sockets, ...; see
+ * docs/internals/sandbox.md). A program installs it on itself with
+ * prctl(PR_SET_SECCOMP) once it is ready to run untrusted code; it stacks on
+ * the sandbox's own filter and cannot be removed.
+ */
+int sandbox_lockdown_bpf(struct buf *out, struct ca_err *err) WARN_UNUSED_RESULT;
+
+/* What sandbox_start applied of the memory and process limits (cgroups), for reports. */
+const char *sandbox_limits_desc(const struct sandbox *sb);
 
 /* Whether this host can build sandboxes (user namespaces, seccomp); if not,
  * *why says what is missing. Cached. */

@@ -370,8 +370,62 @@ static int bind_new(int src_fd, const char *src, int dst_fd, const char *dst, un
     return e;
 }
 
-static int op_bind(const struct sandbox__op *op)
+/*
+ * Binds for a sandbox mapped to another host user (plan->foreign_ids): the
+ * source trees are cloned first, while init still has the caller's identity
+ * (so a source under a directory only the caller may enter, like /root, can
+ * be reached), and attached later, when init has the sandbox's ids. Indexed
+ * by op; -1 where none.
+ */
+#define MAX_PRE_OPS 1024
+static int pre_tree[MAX_PRE_OPS];
+
+static void preopen_binds(const struct sandbox__plan *p)
 {
+    if (p->nops > MAX_PRE_OPS)
+        setup_fail(SANDBOX__STEP_IDS, 0, E2BIG);
+    if (use_legacy())
+        setup_fail(SANDBOX__STEP_IDS, 0, EOPNOTSUPP); /* needs open_tree (5.12+) */
+    size_t pre = str_len(SANDBOX__OLDROOT);
+    for (size_t i = 0; i < p->nops; i++) {
+        const struct sandbox__op *op = &p->ops[i];
+        pre_tree[i] = -1;
+        if (op->kind != SANDBOX__OP_BIND)
+            continue;
+        const char *src = op->src;
+        bool prefixed = true;
+        for (size_t k = 0; k < pre && prefixed; k++)
+            prefixed = src[k] == SANDBOX__OLDROOT[k];
+        if (prefixed)
+            src += pre;
+        int tree = (int)syscall(SYS_open_tree, AT_FDCWD, src,
+                                OPEN_TREE_CLONE_ | O_CLOEXEC | AT_RECURSIVE);
+        if (tree < 0)
+            setup_fail(SANDBOX__STEP_OP, (int)i, errno);
+        pre_tree[i] = tree;
+    }
+}
+
+static int attach_tree(int *tree, const char *dst, unsigned attr)
+{
+    int e = 0;
+    if (attr) {
+        struct mount_attr_ a = {.attr_set = attr};
+        if (syscall(SYS_mount_setattr, *tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &a, sizeof(a)) !=
+            0)
+            e = errno;
+    }
+    if (!e && syscall(SYS_move_mount, *tree, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH_) != 0)
+        e = errno;
+    close(*tree);
+    *tree = -1;
+    return e;
+}
+
+static int op_bind(const struct sandbox__op *op, size_t index)
+{
+    if (st.plan->foreign_ids && index < MAX_PRE_OPS && pre_tree[index] >= 0)
+        return attach_tree(&pre_tree[index], op->dst, op->attr);
     if (!use_legacy()) {
         int e = bind_new(AT_FDCWD, op->src, AT_FDCWD, op->dst, op->attr);
         if (!fall_back(e))
@@ -437,7 +491,7 @@ static int op_setattr(const struct sandbox__op *op)
     return remount_one(op->dst, op->attr);
 }
 
-static int apply_op(const struct sandbox__op *op)
+static int apply_op(const struct sandbox__op *op, size_t index)
 {
     switch (op->kind) {
     case SANDBOX__OP_MOUNT:
@@ -460,7 +514,7 @@ static int apply_op(const struct sandbox__op *op)
     case SANDBOX__OP_SYMLINK:
         return symlink(op->src, op->dst) == 0 ? 0 : errno;
     case SANDBOX__OP_BIND:
-        return op_bind(op);
+        return op_bind(op, index);
     case SANDBOX__OP_BIND_SELF:
         return op_bind_self(op);
     case SANDBOX__OP_SETATTR:
@@ -563,8 +617,9 @@ static int exec_path(char *const argv[], char *const envp[])
     return saved;
 }
 
-CA_NORETURN static void exec_child(const int fds[3], const char *cwd, char *const argv[],
-                                   char *const envp[], uint32_t flags, int report_fd)
+CA_NORETURN static void exec_child(const int fds[SANDBOX__EXEC_NFDS], const char *cwd,
+                                   char *const argv[], char *const envp[], uint32_t flags,
+                                   int report_fd)
 {
     struct sigaction dfl;
     memset(&dfl, 0, sizeof(dfl));
@@ -577,12 +632,33 @@ CA_NORETURN static void exec_child(const int fds[3], const char *cwd, char *cons
 
     if ((flags & SANDBOX__EXEC_NEW_PGROUP) && setpgid(0, 0) != 0)
         exec_fail(report_fd, SANDBOX__EXEC_FDS, errno);
-    /* Every source fd is >= 3 (init keeps /dev/null on 0-2), so the dup2s
-     * never clobber a source still needed. */
-    for (int i = 0; i < 3; i++)
-        if (dup2(fds[i] >= 0 ? fds[i] : st.devnull, i) < 0)
+    /* The sources (and the report pipe) may sit on the numbers they are to be
+     * given (3, 4, ...): first move every one above them, then dup2. */
+    if (report_fd < SANDBOX__EXEC_NFDS) {
+        int moved = fcntl(report_fd, F_DUPFD_CLOEXEC, SANDBOX__EXEC_NFDS);
+        if (moved < 0)
+            _exit(127);
+        report_fd = moved;
+    }
+    int src[SANDBOX__EXEC_NFDS];
+    for (int i = 0; i < SANDBOX__EXEC_NFDS; i++) {
+        src[i] = -1;
+        if (fds[i] < 0 && i > 2)
+            continue;
+        int from = fds[i] >= 0 ? fds[i] : st.devnull;
+        src[i] = fcntl(from, F_DUPFD_CLOEXEC, SANDBOX__EXEC_NFDS);
+        if (src[i] < 0)
             exec_fail(report_fd, SANDBOX__EXEC_FDS, errno);
-    close_from(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    }
+    for (int i = 0; i < SANDBOX__EXEC_NFDS; i++) {
+        if (src[i] < 0) {
+            close(i);
+            continue;
+        }
+        if (dup2(src[i], i) < 0)
+            exec_fail(report_fd, SANDBOX__EXEC_FDS, errno);
+    }
+    close_from(SANDBOX__EXEC_NFDS, ~0U, CLOSE_RANGE_CLOEXEC);
     if (chdir(cwd) != 0)
         exec_fail(report_fd, SANDBOX__EXEC_CHDIR, errno);
 
@@ -609,7 +685,7 @@ static void reply_exec(uint32_t seq, int pid, int stage, int e)
     send_msg(&m);
 }
 
-static void handle_exec(size_t got, int fds[3])
+static void handle_exec(size_t got, int fds[SANDBOX__EXEC_NFDS])
 {
     const struct sandbox__msg *m = &st.req.msg;
     size_t len = got - sizeof(*m);
@@ -869,7 +945,7 @@ static void reap(void)
 
 static void handle_request(void)
 {
-    char cbuf[CMSG_SPACE(3 * sizeof(int))];
+    char cbuf[CMSG_SPACE(SANDBOX__EXEC_NFDS * sizeof(int))];
     struct iovec iov = {st.req.bytes, sizeof(st.req.bytes) - 1};
     struct msghdr mh = {
         .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
@@ -878,13 +954,15 @@ static void handle_request(void)
         return;
     if (got <= 0)
         init_exit(); /* the host side is gone */
-    int fds[3] = {-1, -1, -1};
-    int nfds = 0, recvd[3];
+    int fds[SANDBOX__EXEC_NFDS];
+    int nfds = 0, recvd[SANDBOX__EXEC_NFDS];
+    for (int i = 0; i < SANDBOX__EXEC_NFDS; i++)
+        fds[i] = -1;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
             continue;
         size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k && nfds < 3; i++)
+        for (size_t i = 0; i < k && nfds < SANDBOX__EXEC_NFDS; i++)
             memcpy(&recvd[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
     }
     const struct sandbox__msg *m = &st.req.msg;
@@ -893,12 +971,13 @@ static void handle_request(void)
         /* Not even a header: nothing to answer. */
     } else if (m->type == SANDBOX__MSG_EXEC) {
         int k = 0;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < SANDBOX__EXEC_NFDS; i++)
             if (m->fd_mask & (1u << i))
                 fds[i] = k < nfds ? recvd[k++] : -1;
         if (!whole)
             reply_exec(m->seq, -1, SANDBOX__EXEC_REQUEST, EMSGSIZE);
-        else if (k != nfds || __builtin_popcount(m->fd_mask & 7) != nfds)
+        else if (k != nfds || __builtin_popcount(m->fd_mask) != nfds ||
+                 (m->fd_mask >> SANDBOX__EXEC_NFDS) != 0)
             reply_exec(m->seq, -1, SANDBOX__EXEC_REQUEST, EBADF);
         else
             handle_exec((size_t)got, fds);
@@ -981,11 +1060,21 @@ void sandbox__child_main(const struct sandbox__plan *plan, int ctl)
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         setup_fail(SANDBOX__STEP_NNP, 0, errno);
     wait_go();
+    /* Mapped to another host user (a root caller): become it, without the
+     * supplementary groups the caller had. Our own ids need nothing. Raw
+     * system calls: glibc's wrappers would signal the caller's other threads,
+     * which do not exist in this copy. */
+    if (plan->foreign_ids && !plan->insecure) {
+        preopen_binds(plan);
+        if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setresgid, 0, 0, 0) != 0 ||
+            syscall(SYS_setresuid, 0, 0, 0) != 0)
+            setup_fail(SANDBOX__STEP_IDS, 0, errno);
+    }
     setsid(); /* no controlling terminal: TIOCSTI and job-control signals */
 
     if (!plan->insecure) {
         for (size_t i = 0; i < plan->nops; i++) {
-            int e = apply_op(&plan->ops[i]);
+            int e = apply_op(&plan->ops[i], i);
             if (e && !(e == ENOENT && plan->ops[i].optional))
                 setup_fail(SANDBOX__STEP_OP, (int)i, e);
         }

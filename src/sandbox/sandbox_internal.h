@@ -97,12 +97,14 @@ enum sandbox__step {
     SANDBOX__STEP_SECCOMP,
     SANDBOX__STEP_SIGNALS,
     SANDBOX__STEP_SUBREAPER,
+    SANDBOX__STEP_IDS,
 };
 
 struct sandbox__plan {
     bool insecure;
     uid_t uid; /* outer ids, for the maps */
     gid_t gid;
+    bool foreign_ids; /* uid/gid are not the caller's: init takes them (setres[ug]id) */
     struct sandbox__op *ops;
     size_t nops, ops_alloc;
     char **strings; /* every string the ops point to */
@@ -139,6 +141,8 @@ enum sandbox__exec_stage {
 };
 
 #define SANDBOX__EXEC_NEW_PGROUP 0x1
+/* Descriptors an EXEC request can carry: 0-2 and the extra ones. */
+#define SANDBOX__EXEC_NFDS (3 + SANDBOX_MAX_EXTRA_FDS)
 #define SANDBOX__KILL_INCLUDE_ROOT 0x1
 
 /* Every message starts with this header; only EXEC carries a payload (the
@@ -154,7 +158,7 @@ struct sandbox__msg {
     int32_t sig;    /* KILL */
     uint32_t flags; /* EXEC: SANDBOX__EXEC_*; KILL: SANDBOX__KILL_* */
     uint32_t argc, envc;
-    uint32_t fd_mask; /* EXEC: bit i set when fd i (0..2) is passed */
+    uint32_t fd_mask; /* EXEC: bit i set when fd i (0..SANDBOX__EXEC_NFDS-1) is passed */
     uint32_t len;     /* EXEC: payload bytes */
 };
 

@@ -32,6 +32,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/buf.h"
 #include "core/util.h"
 #include "core/banned.h"
 
@@ -186,6 +187,68 @@ static void build(void)
         rc = export_prog(ctx);
     seccomp_release(ctx);
     prog_ok = rc == 0;
+}
+
+/* ---- the lockdown filter (sandbox_lockdown_bpf) ---- */
+
+/* Denied with EPERM once a program has started up. */
+static const char *const locked[] = {
+    /* running other programs */
+    "execve", "execveat",
+    /* new processes (threads stay: clone with CLONE_THREAD, below) */
+    "fork", "vfork",
+    /* sockets of any kind, and what turns an inherited one into a new channel */
+    "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4"};
+
+static int add_locked_rules(scmp_filter_ctx ctx)
+{
+    int rc = 0;
+    for (size_t i = 0; i < ARRAY_SIZE(locked) && !rc; i++)
+        rc = rule(ctx, EPERM, locked[i], 0, NULL);
+    /* clone without CLONE_THREAD makes a process (fork, posix_spawn, vfork) */
+    if (!rc) {
+        struct scmp_arg_cmp c = SCMP_A0_64(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0);
+        rc = rule(ctx, EPERM, "clone", 1, &c);
+    }
+    if (!rc)
+        rc = rule(ctx, ENOSYS, "clone3", 0, NULL);
+    return rc;
+}
+
+int sandbox_lockdown_bpf(struct buf *out, struct ca_err *err)
+{
+    prog_err[0] = '\0';
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx)
+        return err_setf(err, CA_EUNAVAIL, "cannot build the lockdown filter: seccomp_init failed");
+    int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+    if (!rc)
+        rc = add_locked_rules(ctx);
+    int fd = -1;
+    if (!rc) {
+        fd = memfd_create("ca-lockdown", MFD_CLOEXEC);
+        rc = fd < 0 ? -errno : seccomp_export_bpf(ctx, fd);
+    }
+    seccomp_release(ctx);
+    off_t len = rc || fd < 0 ? 0 : lseek(fd, 0, SEEK_END);
+    if (!rc && (len <= 0 || len % (off_t)sizeof(struct sock_filter) != 0 ||
+                len / (off_t)sizeof(struct sock_filter) > BPF_MAXINSNS))
+        rc = -EINVAL;
+    if (!rc) {
+        size_t at = out->len;
+        if (buf_reserve(out, (size_t)len))
+            rc = -ENOMEM;
+        else if (pread(fd, out->data + at, (size_t)len, 0) != len)
+            rc = -EIO;
+        else
+            out->len = at + (size_t)len;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (rc)
+        return err_setf(err, CA_EUNAVAIL, "cannot build the lockdown filter: %s",
+                        prog_err[0] ? prog_err : strerror(-rc));
+    return 0;
 }
 
 const struct sock_fprog *sandbox__seccomp_prog(struct ca_err *err)
