@@ -57,6 +57,10 @@ DEFAULT_SEEDS = 5
 # How long an evaluation waits for a pre-warmed candidate that is still importing torch
 # before it starts one of its own.
 PREWARM_WAIT_S = 30.0
+# How long a candidate process started on demand may take to get ready (import torch,
+# initialise the device): the evaluator's time, not the candidate's (its --timeout starts
+# with its job).
+START_TIMEOUT_S = 300.0
 MAX_FIRST_MISMATCHES = 5
 BASELINE_CACHE_VERSION = 1
 
@@ -1775,14 +1779,12 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         log(f"starting the candidate ({len(sets)} input sets)")
         t_cand = time.monotonic()
         result["candidate"] = {"exit_code": None, "last_stage": None, "prewarmed": prewarmed}
-        if not prewarmed and not cand.wait_ready(opts.timeout):
-            if cand.start_failure is not None:  # nothing of the candidate's ran yet
-                raise EvalError("harness", "the candidate process could not start: "
-                                           f"{cand.start_failure}", stage="setup")
+        if not prewarmed and not cand.wait_ready(START_TIMEOUT_S):
+            # Nothing of the candidate's has run before "ready": the evaluator's failure.
             rc = cand.wait(5.0)
-            raise EvalError("crash", "the candidate process did not get ready "
-                                     + (f"({cp.exit_description(rc)})" if rc is not None
-                                        else f"within {opts.timeout:g} s"),
+            why = cand.start_failure or (cp.exit_description(rc) if rc is not None
+                                         else f"not ready within {START_TIMEOUT_S:g} s")
+            raise EvalError("harness", f"the candidate process could not start: {why}",
                             {"output_tail": cand.output_tail()}, stage="setup")
         result["isolation"] = cand.isolation_record()
         cand.start_job(opts.timeout, [arena.fd])

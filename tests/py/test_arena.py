@@ -1,5 +1,5 @@
 """Tests of harness/arena.py, the memory the trusted side and a candidate share, on the host
-(the CUDA IPC side is exercised by the GPU suite)."""
+(the device-memory side is exercised by the GPU suite, tests/gpu/test_arena_ipc.py)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ def test_layout_aligns_every_slot():
     assert lay.size == 1536 and all(o % ar.ALIGN == 0 for o in offsets)
 
 
-def test_two_openings_share_one_mapping(tmp_path):
-    mine, why = ar.create(1000, torch.device("cpu"), str(tmp_path))
-    os.chdir(tmp_path)
-    theirs = ar.open_arena(mine.desc, torch.device("cpu"))
+def test_two_openings_share_one_mapping():
+    mine, why = ar.create(1000, torch.device("cpu"))
+    theirs = ar.open_arena(mine.desc, torch.device("cpu"), os.dup(mine.fd))
     try:
-        assert why is None and mine.size == 1024 and mine.desc["path"] == ar.ARENA_FILE
+        assert why is None and mine.size == 1024 and mine.kind == "memfd"
+        assert os.readlink(f"/proc/self/fd/{mine.fd}").startswith("/memfd:cuda-agent-arena")
         theirs.view(256, torch.float64, (2, 3)).fill_(1.25)
         assert torch.equal(mine.view(256, torch.float64, (2, 3)), torch.full((2, 3), 1.25))
         mine.view(0, torch.bool, (4,)).fill_(True)
@@ -36,10 +36,11 @@ def test_two_openings_share_one_mapping(tmp_path):
     finally:
         mine.close()
         theirs.close()
+    assert mine.fd == -1 and theirs.fd == -1  # each closed its descriptor
 
 
-def test_views_stay_inside_the_arena(tmp_path):
-    a, _ = ar.create(512, torch.device("cpu"), str(tmp_path))
+def test_views_stay_inside_the_arena():
+    a, _ = ar.create(512, torch.device("cpu"))
     try:
         with pytest.raises(ar.ArenaError, match="outside"):
             a.view(256, torch.float32, (65,))
@@ -51,25 +52,22 @@ def test_views_stay_inside_the_arena(tmp_path):
         a.close()
 
 
-def test_create_refuses_an_existing_file(tmp_path):
-    (tmp_path / ar.ARENA_FILE).write_bytes(b"planted")
-    with pytest.raises(FileExistsError):
-        ar.create(512, torch.device("cpu"), str(tmp_path))
-
-
-@pytest.mark.parametrize("desc, message", [
-    (None, "bad arena description"),
-    ({"kind": "mmap", "size": 0, "path": ar.ARENA_FILE}, "bad arena description"),
-    ({"kind": "mmap", "size": 512, "path": "/etc/passwd"}, "bad arena file"),
-    ({"kind": "mmap", "size": 512, "path": ar.ARENA_FILE}, "not 512 bytes"),
-    ({"kind": "cuda_ipc", "size": 512, "handle": "00"}, "not on a CUDA device"),
-    ({"kind": "shm", "size": 512}, "unknown arena kind"),
+@pytest.mark.parametrize("desc, fd, message", [
+    (None, "arena", "bad arena description"),
+    ({"kind": "memfd", "size": 0}, "arena", "bad arena description"),
+    ({"kind": "memfd", "size": 512}, None, "no descriptor"),
+    ({"kind": "memfd", "size": 4096}, "arena", "not 4096 bytes"),
+    ({"kind": "cuda_vmm", "size": 512}, "arena", "not on a CUDA device"),
+    ({"kind": "cuda_ipc", "size": 512, "handle": "00"}, "arena", "unknown arena kind"),
+    ({"kind": "shm", "size": 512}, "arena", "unknown arena kind"),
 ])
-def test_open_refuses_bad_descriptions(tmp_path, desc, message):
-    os.chdir(tmp_path)
-    (tmp_path / ar.ARENA_FILE).write_bytes(b"x" * 100)
-    with pytest.raises(ar.ArenaError, match=message):
-        ar.open_arena(desc, torch.device("cpu"))
+def test_open_refuses_bad_descriptions(desc, fd, message):
+    a, _ = ar.create(512, torch.device("cpu"))
+    try:
+        with pytest.raises(ar.ArenaError, match=message):
+            ar.open_arena(desc, torch.device("cpu"), a.fd if fd else -1)
+    finally:
+        a.close()
 
 
 def test_dtype_and_shape_parsing():
@@ -84,18 +82,11 @@ def test_dtype_and_shape_parsing():
             ar.shape_from_list(bad)
 
 
-def test_ipc_handle_bytes_survive_nul_bytes():
-    data = bytes([0, 1, 0, 255] * 16)
-    assert ar._IpcHandle.from_bytes(data).to_bytes() == data
-    with pytest.raises(ar.ArenaError, match="64 bytes"):
-        ar._IpcHandle.from_bytes(data[:-1])
-
-
-def test_arena_choice_from_the_environment(tmp_path, monkeypatch):
+def test_arena_choice_from_the_environment(monkeypatch):
     monkeypatch.setenv(ar.ARENA_ENV, "mmap")
-    a, why = ar.create(512, torch.device("cpu"), str(tmp_path))
+    a, why = ar.create(512, torch.device("cpu"))
     a.close()
-    assert a.kind == "mmap" and why is None
+    assert a.kind == "memfd" and why is None
     monkeypatch.setenv(ar.ARENA_ENV, "shm")
     with pytest.raises(ar.ArenaError, match="expected auto or mmap"):
-        ar.create(512, torch.device("cpu"), str(tmp_path / "x"))
+        ar.create(512, torch.device("cpu"))

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import textwrap
@@ -119,6 +120,21 @@ class Run:
                 f"stdout={self.stdout[-2000:]}\nstderr={self.stderr[-4000:]}")
 
 
+def sandbox_args() -> list[str]:
+    """--sandbox with the built cuda-agent when there is one (tests/run.sh sets CUDA_AGENT),
+    else --no-sandbox: these tests are about the harness's logic; the sandbox's own tests
+    (test_candbox_escape.py) require it."""
+    binary = os.environ.get("CUDA_AGENT") or str(ROOT / "build" / "cuda-agent")
+    return ["--sandbox", binary] if os.access(binary, os.X_OK) else ["--no-sandbox"]
+
+
+def kept_scratch(tmp_path: pathlib.Path, name: str) -> pathlib.Path:
+    """A file the candidate wrote into its scratch directory ($TMPDIR) in a run made with
+    --keep-temp --tmp-dir tmp_path (its only writable directory in the sandbox)."""
+    (found,) = tmp_path.glob(f"cuda-agent-cand-*/scratch/{name}")
+    return found
+
+
 def evaluate(tmp_path: pathlib.Path, *, task: str = TASK, new: str | None = None,
              ext: str = EXT, args=(), env=None, testing: bool = True,
              compile_baseline: bool = False, subprocess_cli: bool = False,
@@ -138,6 +154,8 @@ def evaluate(tmp_path: pathlib.Path, *, task: str = TASK, new: str | None = None
     argv = ["--task", str(work / "task.py"), "--candidate-dir", str(work / "cand"),
             "--ext-module", str(work / "ext.py"), "--device", "cpu", "--budget-ms", "50",
             "--out", str(out), *([] if compile_baseline else ["--no-compile"]), *args]
+    if "--sandbox" not in args and "--no-sandbox" not in args:
+        argv += sandbox_args()
     full_env = dict(os.environ)
     full_env.pop("CUDA_AGENT_HARNESS_TESTING", None)
     if testing:
@@ -584,17 +602,18 @@ def test_candidate_gets_a_clean_environment(tmp_path):
 
 
 def test_candidate_sees_no_reference_outputs_or_seeds(tmp_path):
-    listing = tmp_path / "listing.json"
-    body = f"""
+    body = """
     import json, os
-    json.dump({{"names": sorted(os.listdir(".")), "job": json.load(open("job.json"))}},
-              open({str(listing)!r}, "w"))
+    json.dump({"names": sorted(os.listdir(".")), "job": json.load(open("job.json"))},
+              open(os.path.join(os.environ["TMPDIR"], "listing.json"), "w"))
     return cuda_extension.affine(x, self.weight, self.bias, self.scale)
     """
-    run = evaluate(tmp_path, new=model_new(body), args=["--no-timing"])
+    run = evaluate(tmp_path, new=model_new(body),
+                   args=["--no-timing", "--keep-temp", "--tmp-dir", str(tmp_path)])
     assert run.rc == 0, run
-    seen = json.loads(listing.read_text())
-    allowed = {"job.json", "init_inputs.pt", "state_dict.pt", "arena.bin"}
+    seen = json.loads(kept_scratch(tmp_path, "listing.json").read_text())
+    allowed = {"job.json", "init_inputs.pt", "state_dict.pt", "cuda_extension.py",
+               "model_new.py"}
     assert set(seen["names"]) <= allowed, seen
     assert "seed" not in json.dumps(seen["job"]).lower(), seen
 
@@ -890,24 +909,34 @@ def test_speed_of_light_flag():
     assert ev.speed_of_light({"type": "cuda", "name": "Mystery"}, s, 0, 1e-9)["flagged"] is False
 
 
-def test_prewarmed_candidate_protocol(tmp_path):
-    """candidate.py --prewarm: 'ready' first, then the job directory from stdin."""
+def test_candidate_protocol(tmp_path):
+    """candidate.py: 'ready' first, then its job on the control socket with the arena's
+    descriptor, then one more line ('stop')."""
     run = evaluate(tmp_path, args=["--no-timing", "--keep-temp", "--tmp-dir", str(tmp_path)])
     assert run.rc == 0, run
-    (job_dir,) = tmp_path.glob("cuda-agent-cand-*")
+    (job_dir,) = tmp_path.glob("cuda-agent-cand-*/job")
+    job = json.loads((job_dir / "job.json").read_text())
+    arena, _ = ev.ar.create(job["arena"]["size"], torch.device("cpu"))
     r, w = os.pipe()
+    mine, theirs = socket.socketpair()
     proc = subprocess.Popen([sys.executable, str(ROOT / "harness" / "candidate.py"),
-                             "--prewarm", "--device", "cpu", "--report-fd", str(w)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             "--device", "cpu", "--report-fd", str(w)],
+                            stdin=theirs.fileno(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, pass_fds=(w,), cwd=tmp_path)
     os.close(w)
-    with os.fdopen(r, "rb") as channel:
-        first = json.loads(channel.readline())
-        assert first == {"type": "ready"}
-        proc.stdin.write(f"{job_dir}\nstop\n".encode())
-        proc.stdin.flush()
-        messages = [json.loads(line) for line in channel]
-    assert proc.wait(timeout=120) == 0, proc.stdout.read()
+    theirs.close()
+    try:
+        with os.fdopen(r, "rb") as channel:
+            first = json.loads(channel.readline())
+            assert first == {"type": "ready", "lockdown": False}
+            socket.send_fds(mine, [json.dumps({"job": str(job_dir)}).encode() + b"\n"],
+                            [arena.fd])
+            mine.sendall(b"stop\n")
+            messages = [json.loads(line) for line in channel]
+        assert proc.wait(timeout=120) == 0, proc.stdout.read()
+    finally:
+        mine.close()
+        arena.close()
     kinds = [m["type"] for m in messages]
     # 5 random, adversarial, value-stress, one derived shape.
     assert kinds.count("set") == 8 and kinds[-1] == "verified", messages
@@ -918,7 +947,29 @@ def test_prewarmed_candidate_protocol(tmp_path):
     assert sets[0]["outputs"] == [{"kind": "tensor", "shape": [16, 37],
                                    "dtype": "torch.float32", "device": "cpu",
                                    "type": "torch.Tensor", "stored": True}]
-    assert (job_dir / "arena.bin").is_file()
+
+
+def test_candidate_without_its_job_descriptor_fails_cleanly(tmp_path):
+    """A job line without the arena's descriptor: a protocol failure, not a crash."""
+    run = evaluate(tmp_path, args=["--no-timing", "--keep-temp", "--tmp-dir", str(tmp_path)])
+    assert run.rc == 0, run
+    (job_dir,) = tmp_path.glob("cuda-agent-cand-*/job")
+    r, w = os.pipe()
+    mine, theirs = socket.socketpair()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "harness" / "candidate.py"),
+                             "--device", "cpu", "--report-fd", str(w)],
+                            stdin=theirs.fileno(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, pass_fds=(w,), cwd=tmp_path)
+    os.close(w)
+    theirs.close()
+    with os.fdopen(r, "rb") as channel:
+        assert json.loads(channel.readline())["type"] == "ready"
+        mine.sendall(json.dumps({"job": str(job_dir)}).encode() + b"\n")
+        messages = [json.loads(line) for line in channel]
+    mine.close()
+    assert proc.wait(timeout=120) == 1
+    assert messages[-1]["type"] == "failure" and messages[-1]["kind"] == "protocol", messages
+    assert "shared memory" in messages[-1]["message"], messages
 
 
 def test_candidate_that_changes_once_timed_fails(tmp_path):
@@ -952,22 +1003,24 @@ def test_post_timing_check_is_recorded(tmp_path):
 def test_post_timing_inputs_reach_the_arena_only_after_timing(tmp_path):
     # A candidate that scans the shared memory for the post-timing set's inputs (to compute
     # its answer ahead, while it still behaves) finds nothing there until the timing is over.
-    record = tmp_path / "seen.json"
-    body = f"""
+    body = """
     import json, os
     job = json.load(open("job.json"))
     slot = job["sets"][job["post_timing_set"]]["inputs"][0]
-    with open("arena.bin", "rb") as f:
-        f.seek(slot["offset"])
-        region = f.read(x.numel() * x.element_size())
-    seen = json.load(open({str(record)!r})) if os.path.exists({str(record)!r}) else []
-    json.dump(seen + [any(region)], open({str(record)!r}, "w"))
+    fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    (fd,) = [n for n in fds
+             if os.readlink(f"/proc/self/fd/{n}").startswith("/memfd:cuda-agent-arena")]
+    region = os.pread(fd, x.numel() * x.element_size(), slot["offset"])
+    record = os.path.join(os.environ["TMPDIR"], "seen.json")
+    seen = json.load(open(record)) if os.path.exists(record) else []
+    json.dump(seen + [any(region)], open(record, "w"))
     return cuda_extension.affine(x, self.weight, self.bias, self.scale)
     """
-    run = evaluate(tmp_path, new=model_new(body), args=["--budget-ms", "50"])
+    run = evaluate(tmp_path, new=model_new(body),
+                   args=["--budget-ms", "50", "--keep-temp", "--tmp-dir", str(tmp_path)])
     assert run.rc == 0, run
-    assert run.result["verification"]["transport"]["kind"] == "mmap"
-    seen = json.loads(record.read_text())
+    assert run.result["verification"]["transport"]["kind"] == "memfd"
+    seen = json.loads(kept_scratch(tmp_path, "seen.json").read_text())
     assert len(seen) > 7 and seen[-1] is True and not any(seen[:-1]), seen
 
 
@@ -975,9 +1028,9 @@ def test_received_outputs_checks_what_the_candidate_reports(tmp_path):
     s = ev.InputSet(0, "random", [torch.ones(4, 3)], torch.device("cpu"))
     s.ref = [torch.ones(4, 3), 2.5]
     ev.lay_out([s])
-    arena, why = ev.ar.create(1 << 12, torch.device("cpu"), str(tmp_path))
+    arena, why = ev.ar.create(1 << 12, torch.device("cpu"))
     try:
-        assert why is None and arena.kind == "mmap"
+        assert why is None and arena.kind == "memfd"
         arena.view(s.out_slots[0]["offset"], torch.float32, (4, 3)).fill_(7.0)
         meta = {"kind": "tensor", "shape": [4, 3], "dtype": "torch.float32", "device": "cpu",
                 "stored": True}

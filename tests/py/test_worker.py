@@ -18,7 +18,7 @@ pytest.importorskip("torch", reason="PyTorch is not installed")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKER = ROOT / "harness" / "worker.py"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_harness import EXT, TASK, model_new  # noqa: E402
+from test_harness import EXT, TASK, model_new, sandbox_args  # noqa: E402
 
 
 class Worker:
@@ -26,7 +26,7 @@ class Worker:
         env = dict(os.environ, CUDA_AGENT_HARNESS_TESTING="1")
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER), "--device", "cpu", "--prewarm", str(prewarm),
-             "--tmp-dir", str(tmp)],
+             "--tmp-dir", str(tmp), *sandbox_args()],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env)
         self.hello = self.read()
@@ -68,7 +68,7 @@ def job(tmp: pathlib.Path, name: str, new: str, task: str = TASK, extra=()) -> t
     out = d / "result.json"
     argv = ["--task", str(d / "task.py"), "--candidate-dir", str(d / "cand"), "--ext-module",
             str(d / "ext.py"), "--device", "cpu", "--budget-ms", "50", "--no-compile",
-            "--quiet", "--out", str(out), *extra]
+            "--quiet", "--out", str(out), *sandbox_args(), *extra]
     return argv, out
 
 
