@@ -613,6 +613,8 @@ int compile_build(const struct compile_opts *opts, const char *snapshot_dir, con
         report->units[i].ok = report->units[i].cached = u->hit;
         if (!u->hit)
             submit(&b, u, &report->units[i]);
+        else
+            compile__unit_kernels_cached(&report->units[i], u->cache_path);
     }
     bool torch = b.tc->have_torch;
     if (torch) {
@@ -624,6 +626,8 @@ int compile_build(const struct compile_opts *opts, const char *snapshot_dir, con
             unit_key(&b, u);
             memcpy(report->units[i].key, u->key, sizeof(u->key));
             report->units[i].ok = report->units[i].cached = u->hit;
+            if (u->hit && u->role == COMPILE_ROLE_CU_TORCH)
+                compile__unit_kernels_cached(&report->units[i], u->cache_path);
             if (u->role == COMPILE_ROLE_CU_TORCH)
                 need_split = need_split || !u->hit;
             else

@@ -72,6 +72,8 @@ static void make_cu_torch_flags(struct compile__build *b, const char *num)
         "-fPIC",
         "--expt-relaxed-constexpr",
         "-lineinfo",
+        "-Xptxas",
+        "-v",
         ("-DTORCH_EXTENSION_NAME=" COMPILE_MODULE_NAME),
         "-DTORCH_API_INCLUDE_EXTENSION_H",
         "-D__CUDA_NO_HALF_OPERATORS__",
@@ -147,7 +149,16 @@ void compile__make_flags(struct compile__build *b, const char *arch)
     compile__argv_push(f, "-ccbin");
     compile__argv_push(f, tc->cxx);
     static const char *const cu_common[] = {
-        "-c", "-O3", "-std=c++17", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "-lineinfo",
+        "-c",
+        "-O3",
+        "-std=c++17",
+        "-Xcompiler",
+        "-fPIC",
+        "--expt-relaxed-constexpr",
+        "-lineinfo",
+        /* registers, spills and shared memory per kernel, for the report */
+        "-Xptxas",
+        "-v",
     };
     for (size_t i = 0; i < ARRAY_SIZE(cu_common); i++)
         compile__argv_push(f, cu_common[i]);

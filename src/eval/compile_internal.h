@@ -196,6 +196,18 @@ int compile__log_trim(struct sv log, struct buf *out, struct compile__trim_resul
  * Append the lines of text to out while *budget lasts (one line per
  * decrement); lines past the budget are counted in *omitted.
  */
+/*
+ * ptxas -v's report (nvcc units): whether a line is part of it (such lines are taken out of
+ * the log the agent reads, and shown per kernel instead), and the kernels it describes, in
+ * order, at most max. compile__kernel_name reads an Itanium name far enough for people:
+ * "_ZN12_GLOBAL__N_16kernelEPKf" -> "kernel"; anything else is copied.
+ */
+bool compile__ptxas_line(struct sv line);
+size_t compile__ptxas_parse(struct sv log, struct compile_kernel_info *out, size_t max);
+void compile__kernel_name(struct sv mangled, char *out, size_t out_len);
+/* The ptxas lines of an object, kept beside it in the cache (objects/ab/<key>.o.info). */
+#define COMPILE__INFO_SUFFIX ".info"
+
 int compile__append_lines(struct buf *out, struct sv text, size_t *budget, size_t *omitted);
 
 /* ---- the build (compile.c and its parts) ---- */
@@ -348,5 +360,8 @@ int compile__link(struct compile__build *b, const char *out_so,
 void compile__log_add(struct compile_report *rep, const char *title, const struct buf *raw,
                       const char *const *strip);
 int compile__collect(struct compile__build *b, struct ca_err *err) WARN_UNUSED_RESULT;
+/* A unit's kernel table from ptxas's lines, or from those kept beside its cached object. */
+void compile__unit_kernels(struct compile_unit_report *ur, struct sv ptxas);
+void compile__unit_kernels_cached(struct compile_unit_report *ur, const char *cache_path);
 
 #endif

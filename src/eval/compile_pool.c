@@ -144,6 +144,28 @@ static void run_whole(const struct compile__ctx *c, struct compile__job *j)
     }
 }
 
+/*
+ * ptxas's lines beside the cached object, so that a later build that hits the cache still
+ * reports each kernel's registers and spills. Best effort: without the file, no numbers.
+ */
+static void store_info(const struct compile__job *j)
+{
+    struct buf info;
+    buf_init(&info, j->run.out.len + 1);
+    struct sv rest = sv_from(j->run.out.data, j->run.out.len), line;
+    while (sv_next_line(&rest, &line, NULL))
+        if (compile__ptxas_line(line))
+            (void)!(buf_add(&info, line.p, line.len) || buf_addch(&info, '\n'));
+    if (info.len) {
+        char *path = xstrfmt("%s" COMPILE__INFO_SUFFIX, j->u->cache_path);
+        struct ca_err e = {0};
+        if (fs_write_atomic(path, info.data, info.len, 0444, &e))
+            LOG_DEBUG("compile: %s", e.msg);
+        free(path);
+    }
+    buf_release(&info);
+}
+
 static void job_run(const struct compile__ctx *c, struct compile__job *j)
 {
     if (!j->argv_dev.n || !run_split(c, j))
@@ -158,6 +180,8 @@ static void job_run(const struct compile__ctx *c, struct compile__job *j)
     else
         j->store_rc = compile__cache_store(obj.data, j->u->cache_path, &j->store_err);
     buf_release(&obj);
+    if (!j->store_rc)
+        store_info(j);
 }
 
 static void *worker(void *arg)

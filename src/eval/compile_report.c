@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fs.h"
 #include "core/json.h"
 #include "core/limits.h"
 #include "core/log.h"
@@ -27,6 +28,7 @@ static void units_release(struct compile_report *r)
 {
     for (size_t i = 0; i < r->n; i++) {
         free(r->units[i].name);
+        free(r->units[i].kernels);
         buf_release(&r->units[i].log);
     }
     FREE_AND_NULL(r->units);
@@ -78,6 +80,30 @@ static int failure_line(struct buf *out, const struct compile__job *j)
     return 0;
 }
 
+void compile__unit_kernels(struct compile_unit_report *ur, struct sv ptxas)
+{
+    struct compile_kernel_info k[COMPILE_KERNELS_MAX];
+    size_t n = compile__ptxas_parse(ptxas, k, ARRAY_SIZE(k));
+    FREE_AND_NULL(ur->kernels);
+    ur->nkernels = 0;
+    if (!n)
+        return;
+    ur->kernels = xcalloc(n, sizeof(*ur->kernels));
+    memcpy(ur->kernels, k, n * sizeof(*k));
+    ur->nkernels = n;
+}
+
+void compile__unit_kernels_cached(struct compile_unit_report *ur, const char *cache_path)
+{
+    char *path = xstrfmt("%s" COMPILE__INFO_SUFFIX, cache_path);
+    struct buf info;
+    buf_init(&info, CA_LIMIT_COMPILE_LOG);
+    if (fs_read_file(path, info.max, &info, NULL) == 0)
+        compile__unit_kernels(ur, sv_from(info.data, info.len));
+    buf_release(&info);
+    free(path);
+}
+
 /* Trimmed diagnostics of one failed or warned unit into its own log, and errors into *errors. */
 static void unit_logs(struct compile__build *b, struct compile__job *j, size_t *budget,
                       size_t *omitted, bool *errors_full)
@@ -87,7 +113,16 @@ static void unit_logs(struct compile__build *b, struct compile__job *j, size_t *
     struct buf norm, trimmed;
     buf_init(&norm, 2 * COMPILE__RUN_OUTPUT_MAX + 4096);
     buf_init(&trimmed, 2 * COMPILE__RUN_OUTPUT_MAX + 4096);
-    (void)!compile__log_normalize(sv_from(j->run.out.data, j->run.out.len), strip, &norm);
+    /* ptxas -v's lines become the unit's kernel table; the rest is the log. */
+    struct buf out;
+    buf_init(&out, j->run.out.len + 1);
+    struct sv rest = sv_from(j->run.out.data, j->run.out.len), line;
+    while (sv_next_line(&rest, &line, NULL))
+        if (!compile__ptxas_line(line))
+            (void)!(buf_add(&out, line.p, line.len) || buf_addch(&out, '\n'));
+    compile__unit_kernels(ur, sv_from(j->run.out.data, j->run.out.len));
+    (void)!compile__log_normalize(sv_from(out.data, out.len), strip, &norm);
+    buf_release(&out);
     if (j->split_log.len) {
         char *t = xstrfmt("%s (cut in two, then built whole)", ur->name);
         compile__log_add(b->rep, t, &j->split_log, strip);
@@ -178,12 +213,23 @@ json_t *compile_report_to_json(const struct compile_report *r)
         struct buf name;
         buf_init(&name, BUF_MAX_INTERNAL);
         (void)!buf_addstr(&name, u->name);
+        json_t *kernels = json_array();
+        for (size_t k = 0; k < u->nkernels; k++) {
+            const struct compile_kernel_info *ki = &u->kernels[k];
+            json_array_append_new(kernels,
+                                  json_pack("{s:s, s:s, s:i, s:I, s:I, s:I, s:I}", "name", ki->name,
+                                            "mangled", ki->mangled, "registers", ki->registers,
+                                            "shared_bytes", (json_int_t)ki->shared_bytes,
+                                            "stack_bytes", (json_int_t)ki->stack_bytes,
+                                            "spill_store_bytes", (json_int_t)ki->spill_store_bytes,
+                                            "spill_load_bytes", (json_int_t)ki->spill_load_bytes));
+        }
         json_array_append_new(
-            units, json_pack("{s:o, s:s, s:b, s:b, s:b, s:b, s:b, s:I, s:s, s:o}", "name",
+            units, json_pack("{s:o, s:s, s:b, s:b, s:b, s:b, s:b, s:I, s:s, s:o, s:o}", "name",
                              text_json(&name), "role", compile_role_name(u->role), "ok", u->ok,
                              "cached", u->cached, "timed_out", u->timed_out, "pch", u->used_pch,
                              "split", u->split, "elapsed_us", (json_int_t)u->elapsed_us, "key",
-                             u->key, "log", text_json(&u->log)));
+                             u->key, "log", text_json(&u->log), "kernels", kernels));
         buf_release(&name);
     }
     return json_pack("{s:b, s:s, s:o, s:{s:b, s:b, s:I}, s:{s:b, s:b, s:I}, s:I, s:s, s:s?, "

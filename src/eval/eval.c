@@ -673,6 +673,42 @@ static const char *str(const json_t *o, const char *k)
     return s ? s : "";
 }
 
+/*
+ * What each unit's kernels use (ptxas -v: registers, shared memory, spills, stack) and the
+ * warnings of units that built: what the agent tunes against, on every ./compile.
+ */
+static int format_units(const json_t *c, struct buf *b)
+{
+    int e = 0;
+    size_t i, k;
+    json_t *u, *kn;
+    json_array_foreach(json_object_get(c, "units"), i, u)
+    {
+        json_array_foreach(json_object_get(u, "kernels"), k, kn)
+        {
+            long long st = json_integer_value(json_object_get(kn, "spill_store_bytes"));
+            long long ld = json_integer_value(json_object_get(kn, "spill_load_bytes"));
+            long long stack = json_integer_value(json_object_get(kn, "stack_bytes"));
+            e |= buf_addf(b, "  %s: %s: %lld registers, %lld bytes shared", str(u, "name"),
+                          str(kn, "name"),
+                          (long long)json_integer_value(json_object_get(kn, "registers")),
+                          (long long)json_integer_value(json_object_get(kn, "shared_bytes")));
+            if (st || ld)
+                e |= buf_addf(b, ", SPILLS %lld bytes stored / %lld loaded", st, ld);
+            else
+                e |= buf_addstr(b, ", no spills");
+            if (stack)
+                e |= buf_addf(b, ", %lld bytes stack", stack);
+            e |= buf_addch(b, '\n');
+        }
+        const char *log = str(u, "log");
+        if (json_is_true(json_object_get(u, "ok")) && *log)
+            e |= buf_addf(b, "  %s: warnings:\n%s%s", str(u, "name"), log,
+                          log[strlen(log) - 1] == '\n' ? "" : "\n");
+    }
+    return e;
+}
+
 int eval_format(const json_t *r, struct buf *b)
 {
     int e = 0;
@@ -695,6 +731,7 @@ int eval_format(const json_t *r, struct buf *b)
             b, "compile: %s (%.2f s)\n", json_is_true(json_object_get(c, "ok")) ? "ok" : "FAILED",
             json_number_value(json_object_get(json_object_get(r, "stage_ms"), "compile")) / 1000.0);
     }
+    e |= format_units(json_object_get(r, "compile"), b);
     const char *msg = str(r, "message");
     if (*msg)
         e |= buf_addf(b, "%s failed:\n%s%s", stage, msg, msg[strlen(msg) - 1] == '\n' ? "" : "\n");
