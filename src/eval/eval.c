@@ -709,6 +709,35 @@ static int format_units(const json_t *c, struct buf *b)
     return e;
 }
 
+/* The GPU the evaluator ran on, as its harness measured it (SKILL.md points here). */
+static int format_device(const json_t *d, struct buf *b)
+{
+    if (!json_is_object(d) || !*str(d, "name"))
+        return 0;
+    int e = buf_addf(b, "device: %s", str(d, "name"));
+    if (*str(d, "capability"))
+        e |= buf_addf(b, ", compute capability %s", str(d, "capability"));
+    json_int_t sms = json_integer_value(json_object_get(d, "sms"));
+    if (sms > 0)
+        e |= buf_addf(b, ", %lld SMs", (long long)sms);
+    double mem = json_number_value(json_object_get(d, "memory_bytes"));
+    if (mem > 0)
+        e |= buf_addf(b, ", %.0f GiB", mem / (1024.0 * 1024 * 1024));
+    double l2 = json_number_value(json_object_get(d, "l2_bytes"));
+    if (l2 > 0)
+        e |= buf_addf(b, ", L2 %.0f MiB", l2 / (1024.0 * 1024));
+    double bw = json_number_value(json_object_get(d, "peak_bandwidth_bytes_per_s"));
+    double fp32 = json_number_value(json_object_get(d, "peak_fp32_flops"));
+    double tf32 = json_number_value(json_object_get(d, "peak_tf32_flops"));
+    if (bw > 0)
+        e |= buf_addf(b, "; peak %.2f TB/s", bw / 1e12);
+    if (fp32 > 0)
+        e |= buf_addf(b, ", fp32 %.0f TFLOP/s", fp32 / 1e12);
+    if (tf32 > 0)
+        e |= buf_addf(b, " (TF32 tensor cores %.0f)", tf32 / 1e12);
+    return e | buf_addch(b, '\n');
+}
+
 int eval_format(const json_t *r, struct buf *b)
 {
     int e = 0;
@@ -732,6 +761,7 @@ int eval_format(const json_t *r, struct buf *b)
             json_number_value(json_object_get(json_object_get(r, "stage_ms"), "compile")) / 1000.0);
     }
     e |= format_units(json_object_get(r, "compile"), b);
+    e |= format_device(json_object_get(h, "device"), b);
     const char *msg = str(r, "message");
     if (*msg)
         e |= buf_addf(b, "%s failed:\n%s%s", stage, msg, msg[strlen(msg) - 1] == '\n' ? "" : "\n");
