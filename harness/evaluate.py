@@ -1401,7 +1401,14 @@ def device_info(device: torch.device) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(device)
         info.update(name=props.name, capability=f"{props.major}.{props.minor}",
                     l2_bytes=timing.l2_cache_bytes(device),
-                    memory_bytes=int(props.total_memory))
+                    memory_bytes=int(props.total_memory), sms=int(props.multi_processor_count))
+        # What SKILL.md tells the agent to read from ./verify and ./profile: the device the
+        # evaluator runs on and its ceilings (None for a part the tables do not know).
+        bw = next((v for k, v in PEAK_BANDWIDTH if k in props.name), None)
+        flops = next((v for k, v in PEAK_FLOPS if k in props.name), None)
+        info.update(peak_bandwidth_bytes_per_s=bw,
+                    peak_fp32_flops=flops["fp32"] if flops else None,
+                    peak_tf32_flops=flops["tf32"] if flops else None)
     else:
         info.update(name=f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)")
     return info

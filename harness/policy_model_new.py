@@ -281,9 +281,10 @@ class Checker:
             if len(parts) > 2 and head not in TORCH_DTYPES:
                 return ("torch-compute", "`%s` is not available in model_new.py" % path)
             return None
-        return ("torch-compute", "`%s` is torch API beyond tensor creation: ModelNew.forward "
-                "calls only cuda_extension functions (tensor creation such as torch.empty and "
-                "reading .shape/.device are allowed); do the computation in your kernel" % path)
+        return ("torch-compute", "`%s` is torch API beyond tensor creation: model_new.py runs "
+                "no torch computation, in __init__ or forward (__init__ creates parameters and "
+                "nn modules; forward calls cuda_extension functions, may create tensors such as "
+                "torch.empty and read .shape/.device); do the computation in your kernel" % path)
 
     def path_kind(self, path):
         parts = path.split(".")

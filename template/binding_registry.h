@@ -71,6 +71,25 @@ struct BindingRegistrar {
                     " (", __FILE__, ":", __LINE__, ")");                                           \
     } while (0)
 
+/*
+ * CA_CHECK_CUBLAS(expr) / CA_CHECK_CUDNN(expr): the same for a cublasStatus_t or a
+ * cudnnStatus_t expression. Macros, so this header needs neither library: include
+ * <cublas_v2.h> or <cudnn.h> before using one.
+ */
+#define CA_CHECK_CUBLAS(expr)                                                                      \
+    do {                                                                                           \
+        const cublasStatus_t ca_check_st_ = (expr);                                                \
+        TORCH_CHECK(ca_check_st_ == CUBLAS_STATUS_SUCCESS, #expr, " failed: ",                     \
+                    cublasGetStatusName(ca_check_st_), ": ", cublasGetStatusString(ca_check_st_), \
+                    " (", __FILE__, ":", __LINE__, ")");                                           \
+    } while (0)
+#define CA_CHECK_CUDNN(expr)                                                                       \
+    do {                                                                                           \
+        const cudnnStatus_t ca_check_st_ = (expr);                                                 \
+        TORCH_CHECK(ca_check_st_ == CUDNN_STATUS_SUCCESS, #expr, " failed: ",                      \
+                    cudnnGetErrorString(ca_check_st_), " (", __FILE__, ":", __LINE__, ")");        \
+    } while (0)
+
 /* Input checks for bindings. They fail with a message naming the argument; they never copy. */
 #define CA_CHECK_CUDA_TENSOR(x)                                                                    \
     TORCH_CHECK((x).is_cuda(), #x " must be a CUDA tensor, got one on ", (x).device())

@@ -235,7 +235,9 @@ int cli_dispatch(const char *cmd, const struct cli_sub *subs, size_t nsubs, int 
 
 void cli_print_json(const json_t *v)
 {
-    char *s = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    /* Six significant digits: what people and models read (7.295, not 7.2949999999999999);
+     * files written for programs keep every digit (jsonx_dump). */
+    char *s = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
     if (s)
         printf("%s\n", s);
     free(s);

@@ -80,17 +80,31 @@ enum compile_role {
 /* "cu", "binding", "registry", "cu-torch" */
 const char *compile_role_name(enum compile_role role);
 
+/* What ptxas said one kernel uses (nvcc units; `-Xptxas -v`). */
+struct compile_kernel_info {
+    char mangled[256];
+    char name[128];            /* demangled enough to read: "bias_relu_kernel", "ns::gemm" */
+    int registers;             /* per thread; -1 when ptxas did not say */
+    int64_t shared_bytes;      /* static shared memory per block */
+    int64_t stack_bytes;       /* stack frame per thread */
+    int64_t spill_store_bytes; /* registers spilled to local memory */
+    int64_t spill_load_bytes;
+};
+#define COMPILE_KERNELS_MAX 64
+
 struct compile_unit_report {
     char *name; /* workspace-relative: "kernels/foo.cu", "binding.cpp" */
     enum compile_role role;
-    bool ok;                       /* an object exists for it */
-    bool cached;                   /* the object came from the cache: no compiler ran */
-    bool timed_out;                /* its compiler was killed at timeout_ms */
-    bool used_pch;                 /* compiled with the precompiled header */
-    bool split;                    /* cu-torch built as two halves (nvcc and c++), merged */
-    int64_t elapsed_us;            /* the compiler's wall time (0 when cached) */
-    char key[HASH128_HEX_LEN + 1]; /* object cache key; "" when never computed */
-    struct buf log;                /* trimmed: errors, or warnings when it built */
+    bool ok;                             /* an object exists for it */
+    bool cached;                         /* the object came from the cache: no compiler ran */
+    bool timed_out;                      /* its compiler was killed at timeout_ms */
+    bool used_pch;                       /* compiled with the precompiled header */
+    bool split;                          /* cu-torch built as two halves (nvcc and c++), merged */
+    int64_t elapsed_us;                  /* the compiler's wall time (0 when cached) */
+    char key[HASH128_HEX_LEN + 1];       /* object cache key; "" when never computed */
+    struct buf log;                      /* trimmed: errors, or warnings when it built */
+    struct compile_kernel_info *kernels; /* nvcc units: per kernel, from ptxas (also cached) */
+    size_t nkernels;
 };
 
 struct compile_report {

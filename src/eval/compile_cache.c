@@ -398,6 +398,9 @@ static void remove_entry(const char *cache_dir, const struct entry *en)
 {
     if (!en->is_dir) {
         unlink(en->path);
+        char *info = xstrfmt("%s.info", en->path); /* ptxas's lines, beside an object */
+        unlink(info);
+        free(info);
         return;
     }
     char *grave = xstrfmt("%s/tmp/evict-%s-%ld", cache_dir, fs_basename(en->path), (long)getpid());

@@ -1,12 +1,16 @@
 /*
- * compile_internal.h - shared between compile.c (the build), compile_toolchain.c
- * (discovery), compile_cache.c (keys and the cache directory) and
- * compile_log.c (mapping and trimming compiler output). Also used by the
- * unit tests. Not part of the module's interface.
+ * compile_internal.h - shared between compile.c (the build) and its parts
+ * (compile_run.c, compile_pool.c, compile_retry.c, compile_flags.c,
+ * compile_pch.c, compile_link.c, compile_report.c), compile_toolchain.c
+ * (discovery), compile_cache.c (keys and the cache directory),
+ * compile_split.c (cutting cu-torch sources) and compile_log.c (mapping and
+ * trimming compiler output). Also used by the unit tests. Not part of the
+ * module's interface.
  */
 #ifndef CA_COMPILE_INTERNAL_H
 #define CA_COMPILE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +19,7 @@
 #include "core/buf.h"
 #include "core/err.h"
 #include "core/hash.h"
+#include "core/limits.h"
 #include "core/sv.h"
 #include "eval/compile.h"
 
@@ -191,6 +196,172 @@ int compile__log_trim(struct sv log, struct buf *out, struct compile__trim_resul
  * Append the lines of text to out while *budget lasts (one line per
  * decrement); lines past the budget are counted in *omitted.
  */
+/*
+ * ptxas -v's report (nvcc units): whether a line is part of it (such lines are taken out of
+ * the log the agent reads, and shown per kernel instead), and the kernels it describes, in
+ * order, at most max. compile__kernel_name reads an Itanium name far enough for people:
+ * "_ZN12_GLOBAL__N_16kernelEPKf" -> "kernel"; anything else is copied.
+ */
+bool compile__ptxas_line(struct sv line);
+size_t compile__ptxas_parse(struct sv log, struct compile_kernel_info *out, size_t max);
+void compile__kernel_name(struct sv mangled, char *out, size_t out_len);
+/* The ptxas lines of an object, kept beside it in the cache (objects/ab/<key>.o.info). */
+#define COMPILE__INFO_SUFFIX ".info"
+
 int compile__append_lines(struct buf *out, struct sv text, size_t *budget, size_t *omitted);
+
+/* ---- the build (compile.c and its parts) ---- */
+
+/* Compiler output kept per run (stdout and stderr together). */
+#define COMPILE__RUN_OUTPUT_MAX CA_LIMIT_COMPILE_LOG
+/* Directories of the build directory: light torch headers, split halves and their header. */
+#define COMPILE__LIGHT_DIR "light"
+#define COMPILE__SPLIT_PCH_DIR "pch_split"
+#define COMPILE__SPLIT_DIR "split"
+
+/* Paths of the build directory bound read-only for compilers and for the linker (compile.c). */
+extern const char *const compile__ro_compile[];
+extern const char *const compile__ro_link[];
+
+/* One compiler run (compile_run.c). */
+struct compile__run {
+    int rc; /* < 0: the compiler could not be started (err says why) */
+    struct ca_err err;
+    bool ok, timed_out;
+    char how[96]; /* "exit 1", "killed by signal 9 (Killed)", "timed out after 5000 ms" */
+    struct buf out;
+    int64_t elapsed_us;
+};
+
+/* Shared by every run of one build; read-only once the build starts running jobs. */
+struct compile__ctx {
+    const char *build_dir; /* absolute */
+    int64_t timeout_ms;
+    bool sandbox;
+    struct compile__argv env; /* NAME=VALUE */
+    /* Host directories compilers need (sandbox binds), per kind of run. */
+    struct compile__argv binds_cu, binds_cxx, binds_link, binds_cu_torch;
+};
+
+void compile__run_init(struct compile__run *r);
+void compile__run_release(struct compile__run *r);
+/* Runs argv in dir (sandboxed when c->sandbox, with ro read-only and binds bound); r says how. */
+void compile__run_tool(const struct compile__ctx *c, const char *dir,
+                       const struct compile__argv *argv, const char *const *ro,
+                       const struct compile__argv *binds, struct compile__run *r);
+
+/* Units, jobs and the pool (compile_pool.c). */
+struct compile__unit {
+    char *name; /* workspace-relative */
+    enum compile_role role;
+    struct buf src;
+    char digest[HASH128_HEX_LEN + 1]; /* of src, for the keys of units including it */
+    struct buf deps;                  /* "name digest\n" of the units it includes */
+    char key[HASH128_HEX_LEN + 1];
+    char *cache_path;
+    bool hit;
+};
+
+struct compile__job {
+    struct compile__unit *u;
+    struct compile_unit_report *rep;
+    struct compile__argv argv;       /* with the precompiled header or light headers, when used */
+    struct compile__argv argv_plain; /* without them (retry); empty when not used */
+    bool light;                      /* argv has the light torch/extension.h and types.h */
+    bool pch;                        /* argv has the precompiled header */
+    char obj[40];                    /* obj/<n>.o in the build directory */
+    const struct compile__argv *binds;
+    /* A cu-torch unit cut in two (compile_split.c): the halves, their merge into obj, and the
+     * names the merged object must define. argv_dev empty: not cut; argv_host empty: no torch
+     * half, the nvcc half is the object. The unit's own argv is the fallback. */
+    struct compile__argv argv_dev, argv_host, argv_merge;
+    const struct compile__argv *binds_host;
+    struct buf split_names;
+    /* Written by the worker. */
+    struct compile__run run;
+    bool used_pch, retried;
+    bool split_ok;        /* the object is the merged halves */
+    int64_t split_us;     /* time spent on halves that failed, before the fallback */
+    struct buf split_log; /* why the halves failed, and what their compilers said */
+    int store_rc;
+    struct ca_err store_err;
+};
+
+struct compile__pool {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    struct compile__job **queue;
+    size_t qhead, qlen, qalloc;
+    size_t pending; /* submitted, not finished */
+    bool stop;
+    pthread_t *threads;
+    size_t nthreads, max_threads;
+    const struct compile__ctx *ctx;
+};
+
+void compile__pool_init(struct compile__pool *p, const struct compile__ctx *c, size_t max_threads);
+void compile__pool_submit(struct compile__pool *p, struct compile__job *j);
+void compile__pool_wait(struct compile__pool *p);
+void compile__pool_release(struct compile__pool *p);
+
+/* Whether a failed unit is retried without the precompiled / light headers (compile_retry.c). */
+bool compile__pch_failure(const struct buf *out);
+bool compile__light_failure(const struct buf *out);
+
+/* One build's state, owned by compile_build() or compile_warm() on one thread. */
+struct compile__build {
+    const struct compile_opts *opts;
+    const struct compile__toolchain *tc;
+    struct compile_report *rep;
+    char *cache_dir;
+    struct buf build_dir;
+    char *dir_slash; /* build_dir + "/": stripped from compiler output */
+    struct compile__ctx ctx;
+    struct compile__unit *units;
+    size_t n, units_alloc;
+    struct compile__job *jobs;
+    size_t njobs;
+    struct compile__pool pool;
+    bool pool_started;
+    struct compile__argv cu_flags, cxx_flags, cu_torch_flags;
+    struct compile__argv split_flags;  /* c++ for the torch half of a split cu-torch unit */
+    struct compile__argv cu_torch_key; /* a cu-torch key's flags: both ways to build it */
+    char *cu_identity;                 /* nvcc and the host compiler it uses */
+    char pch_key[HASH128_HEX_LEN + 1], split_pch_key[HASH128_HEX_LEN + 1];
+    bool pch_ready, split_pch_ready;
+    bool stored; /* something new went into the cache */
+};
+
+/* Files of the build directory (compile.c). */
+int compile__write_file(const char *dir, const char *rel, const void *data, size_t len,
+                        struct ca_err *err) WARN_UNUSED_RESULT;
+int compile__make_dirs(const char *dir, const char *const *subdirs,
+                       struct ca_err *err) WARN_UNUSED_RESULT;
+
+/* Flags and environment (compile_flags.c). */
+void compile__push_bind(struct compile__argv *a, const char *dir);
+void compile__make_flags(struct compile__build *b, const char *arch);
+void compile__make_env(struct compile__build *b);
+
+/* Precompiled and light headers (compile_pch.c). */
+extern const char compile__pch_header[];
+extern const char compile__light_header[];
+extern const char compile__light_types_header[];
+extern const char compile__split_pch_header[];
+int compile__write_light_headers(const char *dir, struct ca_err *err) WARN_UNUSED_RESULT;
+int compile__ensure_binding_pch(struct compile__build *b, struct ca_err *err) WARN_UNUSED_RESULT;
+int compile__ensure_split_pch(struct compile__build *b, struct ca_err *err) WARN_UNUSED_RESULT;
+
+/* The link (compile_link.c). */
+int compile__link(struct compile__build *b, const char *out_so,
+                  struct ca_err *err) WARN_UNUSED_RESULT;
+
+/* The report (compile_report.c). */
+void compile__log_add(struct compile_report *rep, const char *title, const struct buf *raw,
+                      const char *const *strip);
+int compile__collect(struct compile__build *b, struct ca_err *err) WARN_UNUSED_RESULT;
+/* A unit's kernel table from ptxas's lines, or from those kept beside its cached object. */
+void compile__unit_kernels(struct compile_unit_report *ur, struct sv ptxas);
+void compile__unit_kernels_cached(struct compile_unit_report *ur, const char *cache_path);
 
 #endif

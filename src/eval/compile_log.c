@@ -356,3 +356,122 @@ int compile__append_lines(struct buf *out, struct sv text, size_t *budget, size_
     }
     return 0;
 }
+
+/* ---- ptxas -v: what each kernel uses ---- */
+
+/* One <length><name> of an Itanium name at *p (advanced past it); false when there is none. */
+static bool mangled_part(struct sv *p, struct sv *out)
+{
+    size_t k = 0, len = 0;
+    while (k < p->len && p->p[k] >= '0' && p->p[k] <= '9' && len < 4096)
+        len = len * 10 + (size_t)(p->p[k++] - '0');
+    if (k == 0 || len == 0 || k + len > p->len)
+        return false;
+    *out = sv_sub(*p, k, len);
+    *p = sv_sub(*p, k + len, p->len);
+    return true;
+}
+
+void compile__kernel_name(struct sv mangled, char *out, size_t out_len)
+{
+    struct sv p = mangled, part;
+    size_t n = 0;
+    out[0] = '\0';
+    if (!sv_chop_prefix(&p, SV_LIT("_Z"))) {
+        snprintf(out, out_len, SV_FMT, SV_ARG(mangled));
+        return;
+    }
+    bool nested = sv_chop_prefix(&p, SV_LIT("N"));
+    while (mangled_part(&p, &part)) {
+        /* the anonymous namespace every kernel file should use: not worth showing */
+        if (!sv_starts_with(part, SV_LIT("_GLOBAL__N")))
+            n += (size_t)snprintf(out + n, n < out_len ? out_len - n : 0, "%s" SV_FMT,
+                                  n ? "::" : "", SV_ARG(part));
+        if (!nested || n >= out_len)
+            break;
+    }
+    if (n == 0 || n >= out_len)
+        snprintf(out, out_len, SV_FMT, SV_ARG(mangled));
+}
+
+static int64_t number_before(struct sv line, const char *what)
+{
+    const char *at = memmem(line.p, line.len, what, strlen(what));
+    if (!at)
+        return -1;
+    const char *q = at;
+    while (q > line.p && q[-1] == ' ')
+        q--;
+    const char *d = q;
+    while (d > line.p && d[-1] >= '0' && d[-1] <= '9')
+        d--;
+    if (d == q)
+        return -1;
+    int64_t v = 0;
+    for (; d < q && v < INT64_MAX / 10; d++)
+        v = v * 10 + (*d - '0');
+    return v;
+}
+
+bool compile__ptxas_line(struct sv line)
+{
+    struct sv t = sv_ltrim(line);
+    return sv_starts_with(t, SV_LIT("ptxas info")) ||
+           (memmem(t.p, t.len, "bytes stack frame", 17) && memmem(t.p, t.len, "spill", 5));
+}
+
+size_t compile__ptxas_parse(struct sv log, struct compile_kernel_info *out, size_t max)
+{
+    size_t n = 0;
+    struct compile_kernel_info *cur = NULL;
+    struct sv rest = log, line;
+    while (sv_next_line(&rest, &line, NULL)) {
+        static const char entry[] = "Compiling entry function '";
+        static const char props[] = "Function properties for ";
+        const char *at = memmem(line.p, line.len, entry, sizeof(entry) - 1);
+        if (at) {
+            struct sv name = sv_from(at + sizeof(entry) - 1,
+                                     line.len - (size_t)(at + sizeof(entry) - 1 - line.p));
+            long q = sv_find_ch(name, '\'');
+            if (q > 0)
+                name = sv_sub(name, 0, (size_t)q);
+            cur = NULL;
+            for (size_t i = 0; i < n && !cur; i++)
+                if (strncmp(out[i].mangled, name.p, name.len) == 0 &&
+                    out[i].mangled[name.len] == '\0')
+                    cur = &out[i];
+            if (!cur && n < max && name.len < sizeof(out[0].mangled)) {
+                cur = &out[n++];
+                *cur = (struct compile_kernel_info){.registers = -1};
+                memcpy(cur->mangled, name.p, name.len);
+                cur->mangled[name.len] = '\0';
+                compile__kernel_name(name, cur->name, sizeof(cur->name));
+            }
+            continue;
+        }
+        at = memmem(line.p, line.len, props, sizeof(props) - 1);
+        if (at) {
+            /* properties of a device function are not a kernel's: only follow entries */
+            struct sv name = sv_trim(sv_from(at + sizeof(props) - 1,
+                                             line.len - (size_t)(at + sizeof(props) - 1 - line.p)));
+            if (cur &&
+                !(strncmp(cur->mangled, name.p, name.len) == 0 && cur->mangled[name.len] == '\0'))
+                cur = NULL;
+            continue;
+        }
+        if (!cur)
+            continue;
+        int64_t v;
+        if ((v = number_before(line, "bytes stack frame")) >= 0)
+            cur->stack_bytes = v;
+        if ((v = number_before(line, "bytes spill stores")) >= 0)
+            cur->spill_store_bytes = v;
+        if ((v = number_before(line, "bytes spill loads")) >= 0)
+            cur->spill_load_bytes = v;
+        if ((v = number_before(line, "registers")) >= 0)
+            cur->registers = (int)v;
+        if ((v = number_before(line, "bytes smem")) >= 0)
+            cur->shared_bytes = v;
+    }
+    return n;
+}

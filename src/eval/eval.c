@@ -699,6 +699,71 @@ static const char *str(const json_t *o, const char *k)
     return s ? s : "";
 }
 
+/*
+ * What each unit's kernels use (ptxas -v: registers, shared memory, spills, stack) and the
+ * warnings of units that built: what the agent tunes against, on every ./compile.
+ */
+static int format_units(const json_t *c, struct buf *b)
+{
+    int e = 0;
+    size_t i, k;
+    json_t *u, *kn;
+    json_array_foreach(json_object_get(c, "units"), i, u)
+    {
+        json_array_foreach(json_object_get(u, "kernels"), k, kn)
+        {
+            long long st = json_integer_value(json_object_get(kn, "spill_store_bytes"));
+            long long ld = json_integer_value(json_object_get(kn, "spill_load_bytes"));
+            long long stack = json_integer_value(json_object_get(kn, "stack_bytes"));
+            e |= buf_addf(b, "  %s: %s: %lld registers, %lld bytes shared", str(u, "name"),
+                          str(kn, "name"),
+                          (long long)json_integer_value(json_object_get(kn, "registers")),
+                          (long long)json_integer_value(json_object_get(kn, "shared_bytes")));
+            if (st || ld)
+                e |= buf_addf(b, ", SPILLS %lld bytes stored / %lld loaded", st, ld);
+            else
+                e |= buf_addstr(b, ", no spills");
+            if (stack)
+                e |= buf_addf(b, ", %lld bytes stack", stack);
+            e |= buf_addch(b, '\n');
+        }
+        const char *log = str(u, "log");
+        if (json_is_true(json_object_get(u, "ok")) && *log)
+            e |= buf_addf(b, "  %s: warnings:\n%s%s", str(u, "name"), log,
+                          log[strlen(log) - 1] == '\n' ? "" : "\n");
+    }
+    return e;
+}
+
+/* The GPU the evaluator ran on, as its harness measured it (SKILL.md points here). */
+static int format_device(const json_t *d, struct buf *b)
+{
+    if (!json_is_object(d) || !*str(d, "name"))
+        return 0;
+    int e = buf_addf(b, "device: %s", str(d, "name"));
+    if (*str(d, "capability"))
+        e |= buf_addf(b, ", compute capability %s", str(d, "capability"));
+    json_int_t sms = json_integer_value(json_object_get(d, "sms"));
+    if (sms > 0)
+        e |= buf_addf(b, ", %lld SMs", (long long)sms);
+    double mem = json_number_value(json_object_get(d, "memory_bytes"));
+    if (mem > 0)
+        e |= buf_addf(b, ", %.0f GiB", mem / (1024.0 * 1024 * 1024));
+    double l2 = json_number_value(json_object_get(d, "l2_bytes"));
+    if (l2 > 0)
+        e |= buf_addf(b, ", L2 %.0f MiB", l2 / (1024.0 * 1024));
+    double bw = json_number_value(json_object_get(d, "peak_bandwidth_bytes_per_s"));
+    double fp32 = json_number_value(json_object_get(d, "peak_fp32_flops"));
+    double tf32 = json_number_value(json_object_get(d, "peak_tf32_flops"));
+    if (bw > 0)
+        e |= buf_addf(b, "; peak %.2f TB/s", bw / 1e12);
+    if (fp32 > 0)
+        e |= buf_addf(b, ", fp32 %.0f TFLOP/s", fp32 / 1e12);
+    if (tf32 > 0)
+        e |= buf_addf(b, " (TF32 tensor cores %.0f)", tf32 / 1e12);
+    return e | buf_addch(b, '\n');
+}
+
 int eval_format(const json_t *r, struct buf *b)
 {
     int e = 0;
@@ -721,6 +786,8 @@ int eval_format(const json_t *r, struct buf *b)
             b, "compile: %s (%.2f s)\n", json_is_true(json_object_get(c, "ok")) ? "ok" : "FAILED",
             json_number_value(json_object_get(json_object_get(r, "stage_ms"), "compile")) / 1000.0);
     }
+    e |= format_units(json_object_get(r, "compile"), b);
+    e |= format_device(json_object_get(h, "device"), b);
     const char *msg = str(r, "message");
     if (*msg)
         e |= buf_addf(b, "%s failed:\n%s%s", stage, msg, msg[strlen(msg) - 1] == '\n' ? "" : "\n");
@@ -761,7 +828,8 @@ int eval_format(const json_t *r, struct buf *b)
                       json_number_value(json_object_get(reward, "speedup_compile")));
     if (reward)
         e |= buf_addf(b, "reward: %lld (%s)\n", (long long)rv, str(reward, "reason"));
-    else if (json_is_true(json_object_get(r, "ok")))
-        e |= buf_addf(b, "%s: ok\n", stage);
+    else if (json_is_true(json_object_get(r, "ok")) &&
+             !(strcmp(stage, "compile") == 0 && json_object_get(r, "compile")))
+        e |= buf_addf(b, "%s: ok\n", stage); /* compile: its line above says so */
     return e ? CA_ETOOBIG : 0;
 }

@@ -283,6 +283,42 @@ static int not_found(const struct task_set *set, const char *selector, struct ca
     return rc;
 }
 
+/*
+ * A selector in KernelBench's own words: "levelN/M", "levelN/M_Name" or "levelN/M_Name.py",
+ * possibly behind a path into the tree ("KernelBench/level1/50_X.py"). Writes the name prefix
+ * the tree loader gives such a file ("l1_50_") into out; false when the selector is not one.
+ */
+static bool kernelbench_prefix(const char *selector, char *out, size_t len)
+{
+    const char *p = selector, *at = NULL;
+    while ((p = strstr(p, "level")) != NULL) {
+        if (p == selector || p[-1] == '/')
+            at = p;
+        p += 5;
+    }
+    if (!at)
+        return false;
+    struct sv rest = sv_cstr(at + 5), level, num;
+    long slash = sv_find_ch(rest, '/');
+    if (slash <= 0)
+        return false;
+    level = sv_sub(rest, 0, (size_t)slash);
+    rest = sv_sub(rest, (size_t)slash + 1, rest.len);
+    size_t k = 0;
+    while (k < rest.len && rest.p[k] >= '0' && rest.p[k] <= '9')
+        k++;
+    num = sv_sub(rest, 0, k);
+    rest = sv_sub(rest, k, rest.len);
+    uint64_t lv, nv;
+    struct ca_err ignored;
+    if (!num.len || sv_parse_u64(level, &lv, "level", &ignored) ||
+        sv_parse_u64(num, &nv, "number", &ignored) ||
+        (rest.len && rest.p[0] != '_' && !sv_eq(rest, SV_LIT(".py"))) || sv_find_ch(rest, '/') >= 0)
+        return false;
+    return snprintf(out, len, "l%llu_%llu_", (unsigned long long)lv, (unsigned long long)nv) <
+           (int)len;
+}
+
 int task_set_find(const struct task_set *set, const char *selector, const struct task **out,
                   struct ca_err *err)
 {
@@ -308,6 +344,19 @@ int task_set_find(const struct task_set *set, const char *selector, const struct
     }
     if (n > 1)
         return ambiguous(selector, list, n < FIND_LIST_MAX ? n : FIND_LIST_MAX, n, "name", err);
+    char kb[48];
+    if (kernelbench_prefix(selector, kb, sizeof(kb))) {
+        for (size_t i = 0; i < set->n; i++)
+            if (strncmp(set->tasks[i].name, kb, strlen(kb)) == 0 && n++ < FIND_LIST_MAX)
+                list[n - 1] = &set->tasks[i];
+        if (n == 1) {
+            *out = list[0];
+            return 0;
+        }
+        if (n > 1)
+            return ambiguous(selector, list, n < FIND_LIST_MAX ? n : FIND_LIST_MAX, n,
+                             "KernelBench level and number", err);
+    }
     size_t len = strlen(selector);
     for (size_t i = 0; i < set->n; i++)
         if (strncmp(set->tasks[i].id, selector, len) == 0 && n++ < FIND_LIST_MAX)
@@ -361,6 +410,17 @@ int task_resolve(const char *ref, struct task_set *set, const struct task **out,
         path = xstrdup(ref);
     } else {
         const char *colon = strrchr(ref, ':');
+        char kb[48];
+        const char *lv = strstr(ref, "/level");
+        /* TREE/levelN/M[_Name[.py]]: the tree, and the file in KernelBench's words. */
+        if (!colon && lv && kernelbench_prefix(ref, kb, sizeof(kb))) {
+            path = xstrndup(ref, (size_t)(lv - ref));
+            selector = lv + 1;
+            if (fs_is_dir(path))
+                goto load;
+            FREE_AND_NULL(path);
+            selector = NULL;
+        }
         if (!colon)
             return err_setf(err, -ENOENT,
                             "%s: no such file or directory (a task reference is PATH or "
@@ -375,6 +435,7 @@ int task_resolve(const char *ref, struct task_set *set, const struct task **out,
             goto out;
         }
     }
+load:
     rc = task_load(path, &src, err);
     if (rc)
         goto out;

@@ -27,6 +27,7 @@
 #include "core/util.h"
 #include "eval/compile.h"
 #include "eval/compile_internal.h"
+#include "eval/eval.h"
 #include "sandbox/sandbox.h"
 #include "core/banned.h"
 
@@ -280,6 +281,95 @@ TEST(cu_objects_built_then_cached)
     compile_report_release(&r);
     free(cache);
     free(snap);
+}
+
+/* Issue 18: ./compile shows what each kernel uses (ptxas -v), also when the object is cached. */
+TEST(cu_kernels_report_registers_spills_and_shared_memory)
+{
+    need_nvcc();
+    char *snap = snapshot("snap");
+    put_text(snap, "tile.cu",
+             "#include <cuda_runtime.h>\n"
+             "namespace {\n"
+             "__global__ void tile_kernel(const float *x, float *y, int n)\n"
+             "{\n"
+             "    __shared__ float s[256];\n"
+             "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+             "    s[threadIdx.x] = i < n ? x[i] : 0.0f;\n"
+             "    __syncthreads();\n"
+             "    if (i < n) y[i] = s[255 - threadIdx.x];\n"
+             "}\n"
+             "} // namespace\n"
+             "extern \"C\" cudaError_t tile_launch(const float *x, float *y, int n,\n"
+             "                                    cudaStream_t st)\n"
+             "{\n"
+             "    tile_kernel<<<(n + 255) / 256, 256, 0, st>>>(x, y, n);\n"
+             "    return cudaGetLastError();\n"
+             "}\n");
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct compile_opts o;
+    base_opts(&o, cache);
+    no_torch(&o);
+    struct compile_report r;
+    compile_report_init(&r);
+    struct ca_err err = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        CHECK_EQ(build(&o, snap, NULL, &r, &err), CA_EUNAVAIL);
+        const struct compile_unit_report *u = unit(&r, "kernels/tile.cu");
+        CHECK(u->ok);
+        CHECK_EQ(u->cached, pass == 1);
+        REQUIRE(u->nkernels == 1);
+        CHECK_STR(u->kernels[0].name, "tile_kernel");
+        CHECK(u->kernels[0].registers > 0);
+        CHECK_EQ(u->kernels[0].shared_bytes, 1024);
+        CHECK_EQ(u->kernels[0].spill_store_bytes, 0);
+        CHECK(!strstr(u->log.data, "ptxas info"));
+        json_t *j = compile_report_to_json(&r);
+        struct buf text;
+        buf_init(&text, CA_LIMIT_JSON_BYTES);
+        json_t *report = json_pack("{s:s, s:O}", "stage", "compile", "compile", j);
+        CHECK_EQ(eval_format(report, &text), 0);
+        CHECK_CONTAINS(text.data, "kernels/tile.cu: tile_kernel: ");
+        CHECK_CONTAINS(text.data, " registers, 1024 bytes shared, no spills");
+        json_decref(report);
+        json_decref(j);
+        buf_release(&text);
+    }
+    compile_report_release(&r);
+    free(cache);
+    free(snap);
+}
+
+/* The parser on ptxas's words, spills included, device functions left out. */
+TEST(ptxas_parse_and_demangle)
+{
+    static const char log[] =
+        "ptxas info    : 0 bytes gmem\n"
+        "ptxas info    : Compiling entry function '_ZN12_GLOBAL__N_14gemmILi64EEEvPKfPf' for "
+        "'sm_90'\n"
+        "ptxas info    : Function properties for _ZN12_GLOBAL__N_14gemmILi64EEEvPKfPf\n"
+        "    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+        "ptxas info    : Used 255 registers, used 1 barriers, 16384 bytes smem, 368 bytes "
+        "cmem[0]\n"
+        "ptxas info    : Function properties for _Z6helperf\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Compiling entry function 'plain_c_kernel' for 'sm_90'\n"
+        "ptxas info    : Function properties for plain_c_kernel\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 8 registers, used 0 barriers, 360 bytes cmem[0]\n";
+    struct compile_kernel_info k[4];
+    REQUIRE(compile__ptxas_parse(sv_cstr(log), k, 4) == 2);
+    CHECK_STR(k[0].name, "gemm");
+    CHECK_EQ(k[0].registers, 255);
+    CHECK_EQ(k[0].shared_bytes, 16384);
+    CHECK_EQ(k[0].stack_bytes, 16);
+    CHECK_EQ(k[0].spill_store_bytes, 8);
+    CHECK_EQ(k[0].spill_load_bytes, 12);
+    CHECK_STR(k[1].name, "plain_c_kernel");
+    CHECK_EQ(k[1].registers, 8);
+    CHECK_EQ(k[1].shared_bytes, 0);
+    CHECK(compile__ptxas_line(SV_LIT("ptxas info    : Used 8 registers")));
+    CHECK(!compile__ptxas_line(SV_LIT("kernels/a.cu:3: warning: unused variable")));
 }
 
 TEST(changed_cu_rebuilds_only_that_unit)

@@ -460,6 +460,42 @@ TEST(tree_fixture)
     free(dir);
 }
 
+/* Issue 18: KernelBench's own names for its files select them. */
+TEST(tree_kernelbench_selectors)
+{
+    char *dir = fixture("tree");
+    struct task_set set;
+    struct ca_err err = {0};
+    const struct task *t;
+    task_set_init(&set);
+    REQUIRE(task_load(dir, &set, &err) == 0);
+    static const char *const bar[] = {"level1/2", "level1/2_Bar", "level1/2_Bar.py",
+                                      "KernelBench/level1/2_Bar.py", "tree/level1/2"};
+    for (size_t i = 0; i < ARRAY_SIZE(bar); i++) {
+        CHECK_EQ(task_set_find(&set, bar[i], &t, &err), 0);
+        if (t)
+            CHECK_STR(t->name, "l1_2_Bar");
+    }
+    CHECK_EQ(task_set_find(&set, "level2/1", &t, &err), 0);
+    CHECK(t && strcmp(t->name, "l2_1_Baz") == 0);
+    CHECK_EQ(task_set_find(&set, "level1/3", &t, &err), CA_ENOTFOUND);
+    CHECK_EQ(task_set_find(&set, "level1/2x", &t, &err), CA_ENOTFOUND);
+    task_set_release(&set);
+
+    /* TREE/levelN/M as a whole reference, and TREE:levelN/M_Name.py. */
+    task_set_init(&set);
+    char *ref = xstrfmt("%s/level1/1", dir);
+    CHECK_EQ(task_resolve(ref, &set, &t, &err), 0);
+    CHECK(t && strcmp(t->name, "l1_1_Foo") == 0);
+    free(ref);
+    ref = xstrfmt("%s:level2/1_Baz.py", dir);
+    CHECK_EQ(task_resolve(ref, &set, &t, &err), 0);
+    CHECK(t && strcmp(t->name, "l2_1_Baz") == 0);
+    free(ref);
+    task_set_release(&set);
+    free(dir);
+}
+
 static void make_tree_file(const char *rel, const char *code)
 {
     char *path = tmp_path(rel);
