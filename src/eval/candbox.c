@@ -229,10 +229,11 @@ static void report_line(int fd, json_t *msg)
         json_decref(msg);
         return;
     }
-    char *text = json_dumps(msg, JSON_COMPACT);
+    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    if (!text) /* never silent: the trusted side must not take silence for isolation */
+        text = xstrdup("{\"type\":\"isolation\",\"ok\":false,\"error\":\"the isolation "
+                       "report could not be written\"}");
     json_decref(msg);
-    if (!text)
-        return;
     size_t len = strlen(text);
     text[len] = '\n'; /* json_dumps' NUL becomes the line end */
     size_t off = 0;
@@ -263,13 +264,25 @@ static void report_isolation(const struct candbox_spec *s, const struct sandbox 
     json_t *ro = json_array();
     for (size_t i = 0; i < s->nro; i++)
         json_array_append_new(ro, json_string(s->ro[i]));
-    json_t *msg = json_pack(
-        "{s:s, s:b, s:b, s:o, s:I, s:b, s:s, s:s, s:o, s:o, s:s, s:I, s:s}", "type", "isolation",
-        "ok", 1, "sandbox", 1, "namespaces", ns, "host_uid", (json_int_t)uid, "own_uid", mapped,
-        "seccomp", s->lockdown ? "sandbox filter + lockdown after start-up" : "sandbox filter",
-        "capabilities", "none (no_new_privs)", "devices", d, "read_only", ro, "scratch", s->scratch,
-        "tmp_bytes", (json_int_t)(s->tmp_bytes ? s->tmp_bytes : DEF_TMP), "limits",
-        sandbox_limits_desc(sb));
+    uint64_t mem = s->memory_bytes ? s->memory_bytes : DEF_MEMORY;
+    json_t *msg = json_object();
+    json_object_set_new(msg, "type", json_string("isolation"));
+    json_object_set_new(msg, "ok", json_true());
+    json_object_set_new(msg, "sandbox", json_true());
+    json_object_set_new(msg, "namespaces", ns);
+    json_object_set_new(msg, "host_uid", json_integer((json_int_t)uid));
+    json_object_set_new(msg, "own_uid", json_boolean(mapped));
+    json_object_set_new(
+        msg, "seccomp",
+        json_string(s->lockdown ? "sandbox filter + lockdown after start-up" : "sandbox filter"));
+    json_object_set_new(msg, "capabilities", json_string("none (no_new_privs)"));
+    json_object_set_new(msg, "devices", d);
+    json_object_set_new(msg, "read_only", ro);
+    json_object_set_new(msg, "scratch", json_string(s->scratch));
+    json_object_set_new(msg, "tmp_bytes",
+                        json_integer((json_int_t)(s->tmp_bytes ? s->tmp_bytes : DEF_TMP)));
+    json_object_set_new(msg, "memory_cgroup", json_string(sandbox_limits_desc(sb)));
+    json_object_set_new(msg, "data_bytes", json_integer((json_int_t)mem));
     report_line(s->report_fd, msg);
 }
 
@@ -372,7 +385,10 @@ int candbox_run(const struct candbox_spec *s, const char *const *argv, int *stat
                        .nofile = 4096,
                        .fsize = (uint64_t)64 << 30,
                        .tmp_bytes = s->tmp_bytes ? s->tmp_bytes : DEF_TMP,
-                       .memory_bytes = s->memory_bytes ? s->memory_bytes : DEF_MEMORY},
+                       .memory_bytes = s->memory_bytes ? s->memory_bytes : DEF_MEMORY,
+                       /* Also where no memory cgroup can be made: private writable memory
+                        * (heaps, anonymous maps; not the GPU's mappings) of the process. */
+                       .data_bytes = s->memory_bytes ? s->memory_bytes : DEF_MEMORY},
         };
         const char *ro[CANDBOX_MAX_RO + 1];
         memcpy(ro, s->ro, s->nro * sizeof(ro[0]));

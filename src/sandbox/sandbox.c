@@ -377,6 +377,7 @@ static int plan_build(const struct sandbox_opts *o, struct sandbox__plan *p, cha
     p->nproc = p->insecure ? 0 : l->nproc ? l->nproc : SANDBOX__DEF_NPROC;
     p->nofile = l->nofile ? l->nofile : SANDBOX__DEF_NOFILE;
     p->fsize = l->fsize ? l->fsize : SANDBOX__DEF_FSIZE;
+    p->data = l->data_bytes;
     uint64_t tmp_bytes = l->tmp_bytes ? l->tmp_bytes : SANDBOX__DEF_TMP_BYTES;
 
     if (!o->workspace || !*o->workspace)

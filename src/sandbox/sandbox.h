@@ -57,6 +57,7 @@ struct sandbox_limits {
     uint64_t fsize;         /* RLIMIT_FSIZE bytes; 0 = default (1 GiB) */
     uint64_t tmp_bytes;     /* size of the private /tmp tmpfs; 0 = default (512 MiB) */
     uint64_t memory_bytes;  /* cgroup v2 memory.max where available; 0 = default (4 GiB) */
+    uint64_t data_bytes;    /* RLIMIT_DATA bytes (private writable memory); 0 = not set */
 };
 
 enum sandbox_flags {

@@ -398,8 +398,8 @@ static void preopen_binds(const struct sandbox__plan *p)
             prefixed = src[k] == SANDBOX__OLDROOT[k];
         if (prefixed)
             src += pre;
-        int tree = (int)syscall(SYS_open_tree, AT_FDCWD, src,
-                                OPEN_TREE_CLONE_ | O_CLOEXEC | AT_RECURSIVE);
+        int tree =
+            (int)syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE_ | O_CLOEXEC | AT_RECURSIVE);
         if (tree < 0)
             setup_fail(SANDBOX__STEP_OP, (int)i, errno);
         pre_tree[i] = tree;
@@ -411,8 +411,7 @@ static int attach_tree(int *tree, const char *dst, unsigned attr)
     int e = 0;
     if (attr) {
         struct mount_attr_ a = {.attr_set = attr};
-        if (syscall(SYS_mount_setattr, *tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &a, sizeof(a)) !=
-            0)
+        if (syscall(SYS_mount_setattr, *tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &a, sizeof(a)) != 0)
             e = errno;
     }
     if (!e && syscall(SYS_move_mount, *tree, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH_) != 0)
@@ -673,6 +672,8 @@ CA_NORETURN static void exec_child(const int fds[SANDBOX__EXEC_NFDS], const char
         set_limit(RLIMIT_NOFILE, p->nofile, report_fd);
     if (p->fsize)
         set_limit(RLIMIT_FSIZE, p->fsize, report_fd);
+    if (p->data)
+        set_limit(RLIMIT_DATA, p->data, report_fd);
     set_limit(RLIMIT_CORE, 0, report_fd);
 
     exec_fail(report_fd, SANDBOX__EXEC_EXEC, exec_path(argv, envp));

@@ -111,7 +111,7 @@ struct sandbox__plan {
     size_t nstrings, strings_alloc;
     const char *hostname;
     /* Limits set in every program before exec (0 = leave as is). */
-    uint64_t cpu_seconds, address_space, nproc, nofile, fsize;
+    uint64_t cpu_seconds, address_space, nproc, nofile, fsize, data;
     const struct sock_fprog *seccomp; /* NULL when insecure */
 };
 
