@@ -65,8 +65,9 @@ int cmd_eval(int argc, char **argv)
         {"no-compile-baseline", 0, CLI_OPT_FLAG, &o.no_compile_baseline, NULL,
          "time PyTorch eager only (KernelBench's baseline), not torch.compile"},
         {"no-sandbox", 0, CLI_OPT_FLAG, &o.no_sandbox, NULL,
-         "compile and run candidates WITHOUT the sandbox (hosts without user namespaces;\n"
-         "unsafe: candidate code then runs as this user)"},
+         "compilers and candidates WITHOUT the sandbox (unsafe; hosts without userns)"},
+        {"no-candidate-sandbox", 0, CLI_OPT_FLAG, &o.no_candidate_sandbox, NULL,
+         "candidates WITHOUT their sandbox (unsafe; to measure its cost)"},
         {"server", 0, CLI_OPT_STRING, &server, "SOCKET",
          "evaluate through the evaluator service (default $CUDA_AGENT_EVALUATOR when set)"},
         {"doctor", 0, CLI_OPT_FLAG, &doctor, NULL,

@@ -94,8 +94,9 @@ int cmd_evaluator(int argc, char **argv)
         {"cache-dir", 0, CLI_OPT_STRING, &o.base.cache_dir, "DIR",
          "evaluator cache (default $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent)"},
         {"no-sandbox", 0, CLI_OPT_FLAG, &o.base.no_sandbox, NULL,
-         "compile and run candidates WITHOUT the sandbox (hosts without user namespaces;\n"
-         "unsafe: candidate code then runs as this user)"},
+         "compilers and candidates WITHOUT the sandbox (unsafe; hosts without userns)"},
+        {"no-candidate-sandbox", 0, CLI_OPT_FLAG, &o.base.no_candidate_sandbox, NULL,
+         "candidates WITHOUT their sandbox (unsafe; to measure its cost)"},
         {0},
     };
     const struct cli_spec spec = {

@@ -354,8 +354,9 @@ static int run_harness(const struct eval_opts *o, const char *cache, const char 
         argv[n++] = "--no-timing";
     if (o->no_compile_baseline)
         argv[n++] = "--no-compile";
-    const char *box = o->no_sandbox ? NULL : eval_sandbox_bin();
-    if (!o->no_sandbox && !box) {
+    bool boxed = !o->no_sandbox && !o->no_candidate_sandbox;
+    const char *box = boxed ? eval_sandbox_bin() : NULL;
+    if (boxed && !box) {
         rc = err_setf(err, CA_EUNAVAIL,
                       "cannot find this program (/proc/self/exe) to run the "
                       "candidate sandbox");

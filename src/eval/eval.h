@@ -33,22 +33,23 @@ struct eval_opts {
      * read statically into workspace-shaped sources (stage "extract") that the evaluator builds
      * itself: the candidate never runs load_inline. */
     const char *kernelbench_file;
-    const char *device;       /* "cuda" (default) or "cpu" */
-    const char *arch;         /* e.g. "sm_90"; NULL: from the GPU, else sm_90 */
-    const char *timing;       /* "events" (default) or "kernel" */
-    const char *precision;    /* "strict" (default) or "tf32" */
-    const char *rules;        /* "cuda-agent" (default: SKILL.md's rules) or "kernelbench" */
-    int seeds;                /* input sets; 0: 5 */
-    double atol, rtol;        /* 0: 1e-2 */
-    int64_t timeout_ms;       /* candidate wall clock; 0: 120 s */
-    int64_t budget_ms;        /* timing budget per measured function; 0: harness default */
-    const char *cache_dir;    /* NULL: $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent */
-    bool no_sandbox;          /* compilers run without the sandbox (hosts without namespaces) */
-    bool verify_only;         /* stop after verification (the workspace's ./verify) */
-    bool compile_only;        /* stop after compilation (./compile) */
-    bool no_compile_baseline; /* time eager only, no torch.compile baseline (reward: eager) */
-    struct gpupool *pool;     /* warm GPU runners (the evaluator service); NULL: one-shot */
-    const char *keep_dir;     /* when set: the evaluated files are copied here (made) */
+    const char *device;        /* "cuda" (default) or "cpu" */
+    const char *arch;          /* e.g. "sm_90"; NULL: from the GPU, else sm_90 */
+    const char *timing;        /* "events" (default) or "kernel" */
+    const char *precision;     /* "strict" (default) or "tf32" */
+    const char *rules;         /* "cuda-agent" (default: SKILL.md's rules) or "kernelbench" */
+    int seeds;                 /* input sets; 0: 5 */
+    double atol, rtol;         /* 0: 1e-2 */
+    int64_t timeout_ms;        /* candidate wall clock; 0: 120 s */
+    int64_t budget_ms;         /* timing budget per measured function; 0: harness default */
+    const char *cache_dir;     /* NULL: $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent */
+    bool no_sandbox;           /* compilers run without the sandbox (hosts without namespaces) */
+    bool no_candidate_sandbox; /* candidates run without the sandbox (also implied by no_sandbox) */
+    bool verify_only;          /* stop after verification (the workspace's ./verify) */
+    bool compile_only;         /* stop after compilation (./compile) */
+    bool no_compile_baseline;  /* time eager only, no torch.compile baseline (reward: eager) */
+    struct gpupool *pool;      /* warm GPU runners (the evaluator service); NULL: one-shot */
+    const char *keep_dir;      /* when set: the evaluated files are copied here (made) */
 };
 
 /* Run the pipeline; *report is a new JSON object (also on stage failures,

@@ -186,7 +186,8 @@ int evald_serve(const struct evald_opts *o, volatile sig_atomic_t *stop, struct 
             rc = 0;
         LOG_INFO("evaluator: toolchain ready in %lld ms", (long long)(ca_now_us() - t0) / 1000);
     }
-    if (rc == 0 && !o->base.no_sandbox && !eval_sandbox_bin())
+    bool boxed = !o->base.no_sandbox && !o->base.no_candidate_sandbox;
+    if (rc == 0 && boxed && !eval_sandbox_bin())
         rc = err_setf(err, CA_EUNAVAIL,
                       "cannot find this program (/proc/self/exe) to run the candidate sandbox");
     if (rc == 0) {
@@ -198,7 +199,7 @@ int evald_serve(const struct evald_opts *o, volatile sig_atomic_t *stop, struct 
             .n = o->n_gpus ? o->n_gpus : 1,
             .prewarm = o->prewarm,
             .log_fd = 2,
-            .sandbox_bin = o->base.no_sandbox ? NULL : eval_sandbox_bin(),
+            .sandbox_bin = boxed ? eval_sandbox_bin() : NULL,
         };
         int64_t t0 = ca_now_us();
         rc = gpupool_new(&po, &d.pool, err);
