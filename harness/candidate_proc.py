@@ -120,6 +120,14 @@ def read_only_paths(python: str) -> list[str]:
                                       for q in out)]
 
 
+def interpreter_path(python: str) -> str:
+    """The interpreter as the sandbox can start it: its directory resolved (a venv reached
+    through a symlinked directory exists inside only at its real place), its own name kept
+    (a venv's python is a symlink whose name is what makes the venv active)."""
+    exe = os.path.abspath(python)
+    return os.path.join(os.path.realpath(os.path.dirname(exe)), os.path.basename(exe))
+
+
 def candidate_env(scratch: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in ENV_PASSTHROUGH if k in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -173,7 +181,8 @@ class CandidateProcess:
         env = candidate_env(SCRATCH_INSIDE if sandbox.on else self.scratch)
         if sandbox.on:
             runtime = runtime_dir()
-            inner = [python, "-B", os.path.join(runtime, "candidate.py"), "--device", device]
+            inner = [interpreter_path(python), "-B", os.path.join(runtime, "candidate.py"),
+                     "--device", device]
             spec = {"scratch": self.scratch,
                     "ro": read_only_paths(python) + [runtime, self.job_dir],
                     "gpu": device.startswith("cuda"), "fds": [w], "report_fd": w,
