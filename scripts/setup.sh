@@ -2,9 +2,10 @@
 # scripts/setup.sh - one command from a fresh Debian 12 machine to a working
 # cuda-agent: installs dependencies (Debian packages, and a Python virtual
 # environment in .venv for PyTorch (the CPU-mode evaluator tests run it), pyarrow and
-# pytest), builds, and runs the main job
-# on a built-in example: an episode workspace, a tool call in its sandbox,
-# and an evaluation (on the GPU when there is one, else in CPU mode).
+# pytest), builds, and runs the main job on the built-in softmax example: an
+# episode workspace, a tool call in its sandbox, an evaluation (the reference
+# solution on the GPU when there is one, else the CPU-mode fixture) and a
+# summary of them (scripts/summarize.py) with where to go next.
 #
 #   scripts/setup.sh            everything
 #   scripts/setup.sh --deps     dependencies only (used by CI)
@@ -50,40 +51,39 @@ install_python
 say "building"
 make -j"$(nproc)"
 
+# The main job: the system doing its job on the built-in softmax example.
+export PATH="$(cd .venv && pwd -P)/bin:$PATH" # python3 with PyTorch for the evaluator; its
+                                              # real path, which the candidate sandbox mounts
+demo=$(mktemp -d "${TMPDIR:-/tmp}/cuda-agent-demo-XXXXXX")
+ws=$demo/softmax
 say "main job: an episode workspace for the built-in softmax example"
-ws=$(mktemp -d "${TMPDIR:-/tmp}/cuda-agent-demo-XXXXXX")
-rmdir "$ws"
 ./build/cuda-agent workspace create --task examples/tasks/softmax_last_dim.py "$ws"
-echo
-(cd "$ws" && find . -printf '%M %p\n' | sort -k2)
-echo
-./build/cuda-agent workspace check "$ws"
-echo
-./build/cuda-agent data list examples/tasks
-echo
 say "one tool call in the episode's sandbox (persistent shell), then the episode ends"
 if ./build/cuda-agent tool --workspace "$ws" --episode "demo-$$" Bash \
-        '{"command":"cd kernels && pwd && id -u && ls /workspace"}'; then
+        '{"command":"cd kernels && echo \"working directory $(pwd), uid $(id -u), network interfaces: $(awk -F: \"NR > 2 {print \\$1}\" /proc/net/dev | xargs)\""}'; then
     ./build/cuda-agent tool --episode "demo-$$" --close >/dev/null
 else
     echo "(no sandbox on this host: see the message above)"
 fi
-echo
-export PATH="$PWD/.venv/bin:$PATH" # python3 with PyTorch for the evaluator
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     say "evaluating the softmax reference solution on the GPU"
-    cp examples/solutions/softmax_last_dim/kernels/* "$ws/kernels/"
-    cp examples/solutions/softmax_last_dim/model_new.py "$ws/"
-    ./build/cuda-agent eval "$ws" || echo "(evaluation failed: see the report above)"
+    eval_ws=$ws device=cuda sol=examples/solutions/softmax_last_dim
 else
     say "no GPU here: evaluating the CPU-mode fixture (tests/eval/cpu) with --device cpu"
-    cpu_ws=$(mktemp -d "${TMPDIR:-/tmp}/cuda-agent-cpu-XXXXXX")
-    rmdir "$cpu_ws"
-    ./build/cuda-agent workspace create --task tests/eval/cpu/task.py "$cpu_ws" >/dev/null
-    cp tests/eval/cpu/sol/kernels/* "$cpu_ws/kernels/"
-    cp tests/eval/cpu/sol/model_new.py "$cpu_ws/"
-    CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900} \
-        ./build/cuda-agent eval --device cpu "$cpu_ws" || echo "(evaluation failed: see above)"
+    eval_ws=$demo/cpu device=cpu sol=tests/eval/cpu/sol
+    ./build/cuda-agent workspace create --task tests/eval/cpu/task.py "$eval_ws" >/dev/null
+fi
+cp "$sol"/kernels/* "$eval_ws/kernels/"
+cp "$sol/model_new.py" "$eval_ws/"
+# The first evaluation on a machine builds the precompiled header: minutes on 2 cores.
+rc=0
+CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900} \
+    ./build/cuda-agent eval --device "$device" --json "$eval_ws" >"$demo/report.json" || rc=$?
+echo
+if [ $rc -le 1 ]; then # 0 correct, 1 not (the report says why)
+    python3 scripts/summarize.py "$eval_ws" "$demo/report.json"
+else
+    echo "(the evaluator could not run, exit $rc: see the message above)"
 fi
 echo
-say "workspace left at $ws; run the tests with: make test"
+say "main job done: workspaces and the report (report.json) in $demo; run the tests with: make test"

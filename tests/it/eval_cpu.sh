@@ -44,6 +44,12 @@ run "$CA" eval --device cpu --json "$PWD/good"
 expect "one-shot CPU evaluation passes" 0 '"stage": "done"'
 assert "a reward of at least 1" [ "$(field reward.reward)" -ge 1 ]
 assert "the candidate was timed" [ "$(field harness.timing.candidate.median_ms)" != None ]
+# scripts/setup.sh's main job prints this report through scripts/summarize.py.
+cp "$OUT" "$PWD/good.json"
+run "$PY" "$CA_REPO/scripts/summarize.py" "$PWD/good" "$PWD/good.json"
+expect "the main job's summary: the workspace, verification passed" 0 "  verify    ok: "
+assert "the main job's summary: reward, isolation, where to go next" \
+    grep -qzE 'MANIFEST.json.*  reward    [123]: .*  isolation (sandbox|NO sandbox): .*where to go next' "$OUT"
 
 # -- the service
 run "$CA" evaluator --device cpu --gpus 0;        expect "--gpus needs cuda" 2 "" "--gpus"
