@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 import harness_util as hu
+import memplan
 import arena as ar
 from evalbase import EvalError, same_values
 from job import arena_inputs, received_outputs
@@ -25,6 +26,9 @@ MAX_FIRST_MISMATCHES = 5
 PRECISION_FACTOR = 10.0
 PRECISION_REL_FLOOR_EPS = 128.0
 PRECISION_ABS_FLOOR = 1e-12
+# Outputs larger than this many elements are compared slice by slice (memplan: the
+# comparison's temporaries stay bounded whatever the output's size); same verdicts.
+COMPARE_CHUNK_ELEMS = memplan.COMPARE_CHUNK_ELEMS
 # The least share of the forward's GPU time that must run inside the extension's functions.
 MIN_EXTENSION_SHARE = 0.25
 
@@ -102,6 +106,34 @@ def compare_tensor(j: int, got: torch.Tensor, exp: torch.Tensor, atol: float,
     return rec
 
 
+def compare_tensor_sliced(j: int, got: torch.Tensor, exp: torch.Tensor, atol: float,
+                          rtol: float) -> dict[str, Any]:
+    """compare_tensor, on flat slices of COMPARE_CHUNK_ELEMS elements when the output is
+    larger (the same record: counts summed, the largest difference, the first mismatches in
+    row-major order)."""
+    chunk = COMPARE_CHUNK_ELEMS
+    n = exp.numel()
+    if n <= chunk:
+        return compare_tensor(j, got, exp, atol, rtol)
+    g_flat, e_flat = got.reshape(-1), exp.reshape(-1)
+    rec: dict[str, Any] = {"output": j, "shape": list(exp.shape), "dtype": str(exp.dtype),
+                           "numel": n, "mismatches": 0, "nonfinite_mismatches": 0,
+                           "max_abs_diff": None, "first_mismatches": []}
+    for start in range(0, n, chunk):
+        part = compare_tensor(j, g_flat[start:start + chunk], e_flat[start:start + chunk],
+                              atol, rtol)
+        rec["mismatches"] += part["mismatches"]
+        rec["nonfinite_mismatches"] += part["nonfinite_mismatches"]
+        if part["max_abs_diff"] is not None:
+            rec["max_abs_diff"] = part["max_abs_diff"] if rec["max_abs_diff"] is None else \
+                max(rec["max_abs_diff"], part["max_abs_diff"])
+        for m in part["first_mismatches"]:
+            if len(rec["first_mismatches"]) < MAX_FIRST_MISMATCHES:
+                m["index"] = unravel(start + m["index"][0], tuple(exp.shape))
+                rec["first_mismatches"].append(m)
+    return rec
+
+
 def compare_number(j: int, got: Any, exp: Any, atol: float, rtol: float) -> dict[str, Any]:
     if isinstance(exp, bool) or isinstance(exp, int):
         ok = got == exp
@@ -142,6 +174,43 @@ def precision_record(j: int, got: torch.Tensor, ref: torch.Tensor,
     cand_err = rms(g - r64)
     ref_err = rms(r - r64)
     scale = rms(r64)
+    eps = torch.finfo(ref.dtype).eps
+    threshold = PRECISION_FACTOR * ref_err + PRECISION_REL_FLOOR_EPS * eps * scale \
+        + PRECISION_ABS_FLOOR
+    return {"output": j, "candidate_rms_err": cand_err, "reference_rms_err": ref_err,
+            "scale_rms": scale, "threshold": threshold,
+            "ratio": cand_err / ref_err if ref_err > 0 else None, "ok": cand_err <= threshold}
+
+
+def precision_record_sliced(j: int, got: torch.Tensor, ref: torch.Tensor,
+                            ref64: Any) -> dict[str, Any] | None:
+    """precision_record, with a float64 reference that may live in host memory (moved to the
+    device a slice at a time) and on flat slices of COMPARE_CHUNK_ELEMS elements when the
+    output is larger (the RMS sums added up slice by slice)."""
+    chunk = COMPARE_CHUNK_ELEMS
+    if not isinstance(ref64, torch.Tensor) or ref.numel() <= chunk:
+        if isinstance(ref64, torch.Tensor) and ref64.device != ref.device:
+            ref64 = ref64.to(ref.device)
+        return precision_record(j, got, ref, ref64)
+    if not ref.is_floating_point() or ref.dtype == torch.float64 or ref64.shape != ref.shape:
+        return None
+    g_flat, r_flat, r64_flat = got.reshape(-1), ref.reshape(-1), ref64.reshape(-1)
+    n = 0
+    cand_sq = ref_sq = scale_sq = 0.0
+    for start in range(0, ref.numel(), chunk):
+        g = g_flat[start:start + chunk].to(torch.float64)
+        r = r_flat[start:start + chunk].to(torch.float64)
+        r64 = r64_flat[start:start + chunk].to(ref.device, torch.float64)
+        mask = torch.isfinite(g) & torch.isfinite(r) & torch.isfinite(r64)
+        zero = torch.zeros((), dtype=torch.float64, device=g.device)
+        n += int(mask.sum())
+        cand_sq += float(torch.where(mask, (g - r64) ** 2, zero).sum())
+        ref_sq += float(torch.where(mask, (r - r64) ** 2, zero).sum())
+        scale_sq += float(torch.where(mask, r64 * r64, zero).sum())
+        del g, r, r64, mask
+    if n == 0:
+        return None
+    cand_err, ref_err, scale = (math.sqrt(x / n) for x in (cand_sq, ref_sq, scale_sq))
     eps = torch.finfo(ref.dtype).eps
     threshold = PRECISION_FACTOR * ref_err + PRECISION_REL_FLOOR_EPS * eps * scale \
         + PRECISION_ABS_FLOOR
@@ -205,7 +274,7 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
                                 {"set": s.index, "output": j, "got": str(g.dtype),
                                  "expected": str(r.dtype)})
             g = g.to(device)
-            rec = compare_tensor(j, g, r, atol * out_atol[j], rtol)
+            rec = compare_tensor_sliced(j, g, r, atol * out_atol[j], rtol)
         else:
             rec = compare_number(j, g, r, atol * out_atol[j], rtol)
         got_leaves.append(g)
@@ -260,7 +329,7 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
         precs = []
         for j, (g, r, r64) in enumerate(zip(got_leaves, s.ref, s.ref64)):
             if isinstance(r, torch.Tensor):
-                p = precision_record(j, g, r, r64)
+                p = precision_record_sliced(j, g, r, r64)
                 if p is not None:
                     precs.append(p)
         record["precision"] = precs

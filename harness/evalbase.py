@@ -39,10 +39,22 @@ def secret_seed() -> int:
     return int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
 
 
+def is_oom(exc: BaseException) -> bool:
+    """A device out-of-memory error (torch.cuda.OutOfMemoryError): in the evaluator's own work
+    it is never the task's or the candidate's failure (evaluate retries with a smaller memory
+    plan)."""
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+    return oom_type is not None and isinstance(exc, oom_type)
+
+
 def task_call(what: str, fn: Callable[[], Any]) -> Any:
+    """fn() for the task's own code: an exception is a task_error, except a device
+    out-of-memory error, which passes through (is_oom)."""
     try:
         return fn()
     except Exception as exc:
+        if is_oom(exc):
+            raise
         raise EvalError("task_error", f"{what} failed: {type(exc).__name__}: {exc}",
                         {"traceback": hu.cap(traceback.format_exc())}, stage="setup")
 

@@ -32,10 +32,13 @@ if not sys.path or os.path.abspath(sys.path[0]) != _HERE:
 import timing  # noqa: E402
 import harness_util as hu  # noqa: E402
 import arena as ar  # noqa: E402
+import memplan  # noqa: E402
 from evalbase import (  # noqa: E402,F401
+    is_oom,
     EvalError, Log, secret_seed, task_call, as_list, clone_arg, to_device, cpu_copy,
     same_values, set_precision, sync, nbytes)
 from job import (  # noqa: E402,F401
+    lay_out_streamed, check_streamed,
     write_model, input_value, lay_out, arena_inputs, fill_inputs, number_value,
     received_outputs)
 from inputs import (  # noqa: E402,F401
@@ -66,7 +69,7 @@ import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, Callable  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -137,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tmp-dir", default=None, help="where candidate directories are made")
     p.add_argument("--keep-temp", action="store_true",
                    help="keep the candidate's directory (debugging)")
+    p.add_argument("--memory-window", type=int, default=None,
+                   help="stream the input sets of the task's own shape this many at a time "
+                        "(default: as the memory plan decides from the task and the GPU)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -373,7 +379,8 @@ def exit_description(rc: int) -> str:
 
 def sanitize_failure(msg: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
     kind = msg.get("kind")
-    if kind not in hu.FAILURE_KINDS or kind in ("usage", "task_error", "harness"):
+    if kind not in hu.FAILURE_KINDS or kind in ("usage", "task_error", "harness",
+                                                 "infrastructure"):
         kind = "exception"
     message = hu.cap(str(msg.get("message", "")), hu.STDERR_TAIL_BYTES)
     details = msg.get("details") if isinstance(msg.get("details"), dict) else {}
@@ -423,32 +430,252 @@ def tolerances(task: Any, opts: argparse.Namespace) -> tuple[float, float]:
     return atol, rtol
 
 
+class OutOfMemory(Exception):
+    """torch.cuda.OutOfMemoryError in the evaluator's own work under a memory plan: evaluate()
+    retries with a smaller plan, or reports an infrastructure error (the result as it stood)."""
+
+    def __init__(self, level: int, message: str, result: dict[str, Any]):
+        super().__init__(message)
+        self.level = level
+        self.message = message
+        self.result = result
+
+
 def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
+    """One evaluation under the roomiest memory plan that fits; an out-of-memory error in the
+    evaluator's own work retries it under the next smaller plan, and after the smallest ends
+    as an infrastructure error (failure.kind "infrastructure": no reward, not the candidate's
+    failure). Afterwards the device's memory is released and measured (memory.idle_after),
+    and a long-lived runner's next sets are drawn ahead where they fit the prefetch budget."""
     t_start = time.monotonic()
-    elapsed: dict[str, float] = {}
+    prefetch: SetPrefetch | None = getattr(opts, "prefetch", None)
+    attempts: list[dict[str, Any]] = []
+    min_level = 0
+    prefetch_next = None
+    while True:
+        try:
+            result, prefetch_next = evaluate_once(opts, log, min_level)
+            break
+        except OutOfMemory as e:
+            # Nothing of the failed attempt may stay reachable (its frames hold its tensors).
+            e.__traceback__ = e.__context__ = None
+            attempts.append({"level": e.level, "error": hu.cap(e.message, 512)})
+            device = timing.resolve_device(torch.device(opts.device))
+            memplan.release(device)
+            result = e.result
+            plans = len(memplan.make_plans(memplan.Footprint(
+                **((result.get("memory") or {}).get("footprint") or {}))))
+            if e.level + 1 >= plans:
+                result["failure"] = {
+                    "kind": "infrastructure",
+                    "message": f"the evaluator ran out of GPU memory in its own work under "
+                               f"every memory plan ({len(attempts)} tried; last: "
+                               f"{hu.cap(e.message, 300)}); not the candidate's failure, no "
+                               "reward", "details": {"attempts": attempts}}
+                result["ok"] = False
+                break
+            log(f"out of GPU memory under memory plan {e.level}; retrying with plan "
+                f"{e.level + 1}")
+            min_level = e.level + 1
+    mem = result.setdefault("memory", {})
+    if isinstance(mem, dict):
+        mem["attempts"] = attempts
+        device = timing.resolve_device(torch.device(opts.device))
+        if device.type == "cuda" and torch.cuda.is_available():
+            mem["idle_after"] = memplan.release(device)
+        if prefetch is not None and prefetch_next is not None:
+            prefetch.start(*prefetch_next)
+    result.setdefault("elapsed_s", {})["total"] = time.monotonic() - t_start
+    return result
+
+
+class Session:
+    """The state of one attempt that the message pump works on: the candidate, the arena, the
+    sets (compared in order; streamed ones drawn a group at a time), the post-timing set."""
+
+    def __init__(self, opts: argparse.Namespace, log: Log, result: dict[str, Any],
+                 device: torch.device):
+        self.opts, self.log, self.result, self.device = opts, log, result, device
+        self.cand: CandidateProcess | None = None
+        self.arena: ar.Arena | None = None
+        self.sets: list[InputSet] = []
+        self.post: InputSet | None = None
+        self.post_rec: dict[str, Any] | None = None
+        self.atol = self.rtol = DEFAULT_TOL
+        self.received = 0
+        self.chunk_starts: list[int] = []
+        self.prepare: Callable[[InputSet], None] = lambda s: None
+        self.streamed: set[int] = set()  # indices of the sets drawn a group at a time
+        self.cand_stats: dict[str, Any] | None = None
+        self.candidate_failure: dict[str, Any] | None = None
+        self.stage = "verify"
+        self.elapsed: dict[str, float] = {}
+
+    def pump(self, phase: str) -> str:
+        """Reads the candidate's messages until the phase ends: "verify" ends at "verified",
+        "timing" at "done"; either ends at a "failure" (kept) or EOF. Returns which."""
+        cand = self.cand
+        assert cand is not None
+        v = self.result["verification"]
+        while True:
+            try:
+                msg = cand.next_message()
+            except TimeoutError:
+                where = "while being timed" if phase == "timing" else \
+                    f"(in its stage {self.result['candidate']['last_stage']!r})"
+                raise EvalError("timeout", f"the candidate ran past the "
+                                           f"{self.opts.timeout:g} s limit {where} and was "
+                                           "killed", stage=self.stage)
+            if msg is None:
+                return "eof"
+            mtype = msg.get("type")
+            if mtype == "stage":
+                self.result["candidate"]["last_stage"] = str(msg.get("stage"))[:64]
+            elif mtype == "set" and phase == "verify":
+                self.on_set(msg)
+            elif mtype == "set" and phase == "timing" and self.post is not None and \
+                    self.cand_stats is not None:
+                self.on_post(msg)
+            elif mtype == "launches" and phase == "verify":
+                v["launches"] = msg.get("evidence")
+            elif mtype == "verified" and phase == "verify":
+                if self.received != len(self.sets):
+                    raise EvalError("protocol", f"the candidate claimed verification after "
+                                                f"{self.received} of {len(self.sets)} input "
+                                                "sets")
+                return "verified"
+            elif mtype == "timing" and phase == "timing":
+                self.cand_stats = validate_stats(msg.get("stats"))
+                if self.post is not None and self.cand_stats is not None:
+                    self.prepare(self.post)  # drawn now where the plan streams the sets
+                    assert self.arena is not None
+                    fill_inputs(self.arena, self.post, self.device)  # unseen till timed
+                    cand.send("post")
+            elif mtype == "done" and phase == "timing":
+                return "done"
+            elif mtype == "failure":
+                self.candidate_failure = msg
+                return "failure"
+            elif mtype == "_protocol":
+                raise EvalError("protocol", str(msg.get("message")))
+
+    def on_set(self, msg: dict[str, Any]) -> None:
+        if msg.get("index") != self.received or self.received >= len(self.sets):
+            raise EvalError("protocol", "the candidate reported input sets out of order")
+        assert self.arena is not None
+        s = self.sets[self.received]
+        t_cmp = time.monotonic()
+        try:
+            rec = check_reported(self.arena, s, msg, self.device, self.atol, self.rtol,
+                                 self.opts.precision)
+        except EvalError:
+            if s.note is not None:
+                s.note["status"] = "failed"
+            raise
+        fwd = msg.get("forward_ms")
+        rec["forward_ms"] = fwd if isinstance(fwd, (int, float)) else None
+        self.result["verification"]["sets"].append(rec)
+        self.elapsed["compare"] = self.elapsed.get("compare", 0.0) + time.monotonic() - t_cmp
+        if s.note is not None:
+            s.note.update(status="refused" if "refused" in rec else "verified",
+                          reason=rec.get("refused"))
+        if "refused" in rec:
+            self.result["flags"].append({
+                "kind": "derived_shape_refused",
+                "message": f"input set {s.index} ({set_label(s)}) was refused by the "
+                           f"candidate ({rec['refused']}); not a failure: the kernel "
+                           "supports fewer sizes than the reference"})
+            self.log(f"input set {s.index} ({s.kind}) refused by the candidate")
+        else:
+            self.log(f"input set {s.index} ({s.kind}) ok")
+        self.received += 1
+        if s.index in self.streamed:
+            s.release()  # compared: its memory goes back before the next group is drawn
+        if self.received in self.chunk_starts:
+            self.next_chunk()
+
+    def next_chunk(self) -> None:
+        """The next group of streamed sets: drawn, their references made, written into the
+        arena's window over the group compared already; then "next" to the candidate."""
+        assert self.arena is not None and self.cand is not None
+        k = self.chunk_starts.index(self.received)
+        end = self.chunk_starts[k + 1] if k + 1 < len(self.chunk_starts) else len(self.sets)
+        for s in self.sets[self.received:end]:
+            if s.index not in self.streamed:
+                break
+            self.prepare(s)
+            fill_inputs(self.arena, s, self.device)
+        self.cand.send("next")
+
+    def on_post(self, msg: dict[str, Any]) -> None:
+        """The forward after timing, on a set it has not seen: the same checks."""
+        post = self.post
+        assert post is not None and self.arena is not None
+        if msg.get("index") != post.index or self.post_rec is not None:
+            raise EvalError("protocol", "the candidate reported an unexpected input set after "
+                                        "timing", stage="timing")
+        try:
+            self.post_rec = check_reported(self.arena, post, msg, self.device, self.atol,
+                                           self.rtol, self.opts.precision)
+        except EvalError as e:
+            e.message = ("after timing, on a fresh input set, the outputs no longer match (does "
+                         "the forward behave differently once it has been called many times?): "
+                         + e.message)
+            e.stage = "timing"
+            raise
+        self.result["verification"]["post_timing"] = self.post_rec
+
+
+def footprint_of(sets: list[InputSet], streamed: list[InputSet], state_bytes: int,
+                 ref_peak: int) -> memplan.Footprint:
+    """The task's footprint from set 0 (inputs and reference outputs computed) and the sets
+    that stay resident whatever the plan (derived and extra shapes: their inputs, four times
+    over for their copies, slots and references)."""
+    s0 = sets[0]
+    tensors = [r for r in s0.ref if isinstance(r, torch.Tensor)]
+    ids = {id(s) for s in streamed}
+    extra = sum(4 * sum(nbytes(x) for x in (s.orig or [])) for s in sets[1:]
+                if id(s) not in ids)
+    return memplan.Footprint(
+        input_bytes=sum(nbytes(x) for x in s0.orig or []),
+        output_bytes=sum(nbytes(r) for r in tensors), param_bytes=state_bytes,
+        ref_peak_bytes=ref_peak, float_output=any(r.is_floating_point() for r in tensors),
+        max_output_elems=max((r.numel() for r in tensors), default=0),
+        n_streamed=len(streamed), resident_extra_bytes=extra)
+
+
+def evaluate_once(opts: argparse.Namespace, log: Log,
+                  min_level: int) -> tuple[dict[str, Any], tuple | None]:
+    """One attempt under the roomiest memory plan from min_level on that fits. Returns the
+    result and the arguments for the next job's set prefetch (None: none); raises
+    OutOfMemory."""
+    t_start = time.monotonic()
     result = new_result(opts, opts.atol if opts.atol is not None else DEFAULT_TOL,
                         opts.rtol if opts.rtol is not None else DEFAULT_TOL)
     device = torch.device(opts.device)
+    ses = Session(opts, log, result, device)
+    elapsed = ses.elapsed
     job_dir: str | None = None
-    cand: CandidateProcess | None = None
-    arena: ar.Arena | None = None
     prefetch: SetPrefetch | None = getattr(opts, "prefetch", None)
     prefetch_next: tuple | None = None
+    plan: memplan.Plan | None = None
     if prefetch is not None:
         prefetch.wait()
     try:
         if device.type == "cuda" and not torch.cuda.is_available():
             raise EvalError("harness", "--device cuda, but torch.cuda.is_available() is False")
-        device = timing.resolve_device(device)  # "cuda" -> "cuda:<current>"
+        device = ses.device = timing.resolve_device(device)  # "cuda" -> "cuda:<current>"
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dev = device_info(device)
         result["device"] = dev
+        free0 = memplan.free_bytes(device)  # what this job may use, before it takes any
+        peak_base = memplan.reset_peak(device)
 
         # -- setup: task, reference model, input sets
         task_sha = sha256_file(opts.task)
         task = load_task(opts.task, task_sha)
-        atol, rtol = tolerances(task, opts)
+        atol, rtol = ses.atol, ses.rtol = tolerances(task, opts)
         result["verification"].update(atol=atol, rtol=rtol)
         set_precision("strict")  # the reference is always computed at full fp32
         init_seed = secret_seed()
@@ -473,9 +700,9 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         if got is not None:
             sets, sets_info = got
             log("input sets drawn ahead of time")
-        else:
+        else:  # the sets of the task's own shape after the first: drawn once a plan is made
             sets, sets_info = draw_sets(task, n_draw, opts.adversarial_sets, device, log,
-                                        n_derived, n_stress)
+                                        n_derived, n_stress, defer=True)
         elapsed["setup_draw"] = time.monotonic() - t_draw
         result["verification"]["sets_prefetched"] = got is not None
         prefetch_next = (set_key, task, n_draw, opts.adversarial_sets, device, n_derived,
@@ -492,12 +719,44 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         t_ref32 = time.monotonic()
         # The derived sets the reference refuses and a value-stress set that finds no usable
         # scale are dropped before anything is laid out for the candidate.
+        before = memplan.reset_peak(device)
         compute_reference(model, sets[0], device)
+        ref_peak = memplan.peak_since(device, before)
+
+        # -- the memory plan: how many sets of the task's own shape are resident at once
+        streamed = [s for s in sets[1:] if s.recipe is not None] + \
+            ([post] if post is not None else [])
+        fp = footprint_of(sets, streamed, state_bytes, ref_peak)
+        forced = getattr(opts, "memory_window", None)
+        if forced and min_level == 0:
+            plan = memplan.forced(fp, forced)
+        else:
+            plan = memplan.choose(fp, free0, min_level)
+        if plan is None:
+            result["memory"] = {"footprint": memplan.asdict(fp), "free_bytes": free0,
+                                "plan": None}
+            if min_level == 0:
+                raise EvalError("infrastructure", memplan.too_large_message(fp, free0 or 0),
+                                {"reason": "too_large"}, stage="setup")
+            plan = memplan.make_plans(fp)[min_level]  # a retry: the smaller plan anyway
+        result["memory"] = memplan.describe(fp, plan, free0)
+        if plan.chunked:
+            log(f"memory plan {plan.level}: {plan.window} of {len(streamed)} input sets at a "
+                f"time{', float64 reference on the host' if plan.ref64_host else ''}")
+        chunked = plan.chunked
+        ref64_dev = torch.device("cpu") if plan.ref64_host else device
+        for s in streamed:
+            if chunked and s.kind != "value-stress":
+                s.release()  # a prefetched draw: drawn again when its turn comes
+            elif not chunked:
+                s.materialize()
         sets = validate_derived(task, sets, model, device, log)
         try:
             model64: torch.nn.Module | None = copy.deepcopy(model).double()
             why64_model = None
         except Exception as exc:
+            if is_oom(exc):
+                raise
             model64, why64_model = None, f"{type(exc).__name__}: {exc}"
         sets = [s for s in sets if s.kind != "value-stress"
                 or choose_stress_scale(s, model, model64, device, v["value_stress"])]
@@ -510,17 +769,20 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         v["n_value_stress"] = sum(1 for s in sets if s.kind == "value-stress")
         v["n_derived_shapes"] = sum(1 for s in sets if s.kind == "derived-shape")
         all_sets = sets + ([post] if post is not None else [])
+        streamed = [s for s in all_sets if s.recipe is not None and s is not sets[0]]
+        ses.streamed = {s.index for s in streamed} if chunked else set()
         extra_models = shape_models(task, all_sets, device)
         for s in all_sets:  # fast on a GPU; sizes the output slots and the poisoning
-            if s.kind not in ("derived-shape", "value-stress") and s is not sets[0]:
+            if s.kind not in ("derived-shape", "value-stress") and s is not sets[0] and \
+                    s.orig is not None:
                 compute_reference(s.model or model, s, device)
         elapsed["setup_reference"] = time.monotonic() - t_ref32
         elapsed["setup"] = time.monotonic() - t_start
 
         # -- the candidate's directory and process (pre-warmed when a pool has one)
         pool = getattr(opts, "pool", None)
-        cand = pool.take(opts.python, opts.device, PREWARM_WAIT_S) if pool is not None \
-            else None
+        cand = ses.cand = pool.take(opts.python, opts.device, PREWARM_WAIT_S) \
+            if pool is not None else None
         if cand is not None:
             job_dir = cand.job_dir
         else:
@@ -530,18 +792,72 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         job_models = [write_model(job_dir, 0, init_inputs, state)] + [
             write_model(job_dir, s.model_index, s.init or [], cpu_state(s.model))
             for s in all_sets if s.model is not None]
-        arena_bytes = lay_out(all_sets)
+        if chunked:
+            resident = [s for s in all_sets if s.index not in ses.streamed]
+            order = [s for s in streamed if s is not post]
+            arena_bytes = lay_out_streamed(resident, order + ([post] if post else []),
+                                           plan.window, sets[0])
+            # The groups: set 0 and the first window of streamed sets, then a window at a
+            # time; the resident derived and extra-shape sets come last, with the last group.
+            ses.chunk_starts = [s.index for k, s in enumerate(order)
+                                if k and k % plan.window == 0]
+            if post is not None:  # after timing, in the first group's slots
+                post.slots = [dict(x) for x in order[0].slots] if order else post.slots
+                post.out_slots = [dict(o) for o in order[0].out_slots] if order else \
+                    post.out_slots
+        else:
+            arena_bytes = lay_out(all_sets)
         try:
-            arena, why_not_ipc = ar.create(arena_bytes, device, job_dir)
+            ses.arena, why_not_ipc = ar.create(arena_bytes, device, job_dir)
         except (ar.ArenaError, OSError) as exc:
             raise EvalError("harness", f"cannot create the shared memory for the candidate: "
                                        f"{exc}", stage="setup")
+        arena = ses.arena
         result["verification"]["transport"] = {"kind": arena.kind, "bytes": arena.size}
         if why_not_ipc is not None:
             result["verification"]["transport"]["cuda_ipc_unavailable"] = \
                 hu.cap(why_not_ipc, 512)
             log(f"CUDA IPC unavailable ({why_not_ipc}); tensors go through a shared file")
+
+        models64: dict[int, torch.nn.Module | None] = {0: model64}
+        why64 = why64_model
+        for k, m in enumerate(extra_models, start=1):
+            try:
+                models64[k] = copy.deepcopy(m).double()
+            except Exception as exc:
+                if is_oom(exc):
+                    raise
+                models64[k] = None
+                why64 = why64 or f"{type(exc).__name__}: {exc}"
+
+        def reference64(s: InputSet) -> str | None:
+            why = compute_reference64(models64[s.model_index], s)
+            if s.ref64 is not None and plan.ref64_host:
+                s.ref64 = [x.to(ref64_dev) if isinstance(x, torch.Tensor) else x
+                           for x in s.ref64]
+            return why
+
+        def prepare(s: InputSet) -> None:
+            """A streamed set drawn now, with its references, checked against its slots."""
+            if s.orig is not None and s.ref:
+                return
+            s.materialize()
+            compute_reference(s.model or model, s, device)
+            why = check_streamed(s)
+            if why is not None:
+                raise EvalError("infrastructure", f"input set {s.index} cannot be streamed "
+                                                  f"under the memory plan: {why}",
+                                {"reason": "streaming"})
+            reference64(s)
+
+        ses.sets, ses.post = sets, post
+        ses.prepare = prepare if chunked else (lambda s: None)
+        first_group = len(sets) if not ses.chunk_starts else ses.chunk_starts[0]
         for s in sets:  # the post-timing set is written only once the timing is over
+            if chunked and s.index in ses.streamed:
+                if s.index >= first_group:
+                    continue
+                prepare(s)
             fill_inputs(arena, s, device)
         elapsed["job_files"] = time.monotonic() - t_job
         out_bytes = [nbytes(x) for x in sets[0].ref]
@@ -561,6 +877,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             "poison_bytes": out_bytes,
             "timing": {"mode": opts.timing, "budget_ms": opts.budget_ms, "set": 0},
         }
+        if ses.chunk_starts:
+            job["chunk_starts"] = ses.chunk_starts
         if opts.rules == "kernelbench":
             job["init_seed"] = init_seed  # never an input seed: those stay here
         hu.write_json_atomic(os.path.join(job_dir, "job.json"), job)
@@ -570,25 +888,18 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         if cand is not None:
             cand.start_job(opts.timeout)
         else:
-            cand = CandidateProcess(opts.python, job_dir, candidate_env(job_dir), opts.timeout)
+            cand = ses.cand = CandidateProcess(opts.python, job_dir, candidate_env(job_dir),
+                                               opts.timeout)
         result["candidate"] = {"exit_code": None, "last_stage": None, "prewarmed": prewarmed}
 
-        # -- float64 references (while the candidate starts)
+        # -- float64 references (while the candidate starts) of the sets drawn already
         t_ref = time.monotonic()
-        models64: dict[int, torch.nn.Module | None] = {0: model64}
-        why64 = why64_model
-        for k, m in enumerate(extra_models, start=1):
-            try:
-                models64[k] = copy.deepcopy(m).double()
-            except Exception as exc:
-                models64[k] = None
-                why64 = why64 or f"{type(exc).__name__}: {exc}"
         for s in all_sets:
-            if s.ref64 is not None:  # the value-stress set's, computed with its scale
+            if s.ref64 is not None or s.orig is None:  # value-stress: computed with its scale
                 continue
-            why = compute_reference64(models64[s.model_index], s)
-            why64 = why64 or why
-        del models64, model64
+            why64 = why64 or reference64(s)
+        if not chunked:
+            del models64, model64
         result["verification"]["fp64_reference"] = True if why64 is None else \
             f"unavailable: {hu.cap(why64, 512)}"
         mutated = sorted({k for s in all_sets for k in s.ref_mutated})
@@ -596,66 +907,9 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         elapsed["reference"] = time.monotonic() - t_ref
 
         # -- verification: compare each set as it arrives
-        result["stage"] = "verify"
-        stage_name = "verify"
-        received = 0
-        candidate_failure: dict[str, Any] | None = None
-        verified = False
-        while True:
-            try:
-                msg = cand.next_message()
-            except TimeoutError:
-                raise EvalError("timeout", f"the candidate ran past the {opts.timeout:g} s limit "
-                                           f"(in its stage "
-                                           f"{result['candidate']['last_stage']!r}) and was "
-                                           "killed", stage=stage_name)
-            if msg is None:
-                break
-            mtype = msg.get("type")
-            if mtype == "stage":
-                result["candidate"]["last_stage"] = str(msg.get("stage"))[:64]
-            elif mtype == "set":
-                if msg.get("index") != received or received >= len(sets):
-                    raise EvalError("protocol", "the candidate reported input sets out of order")
-                s = sets[received]
-                t_cmp = time.monotonic()
-                try:
-                    rec = check_reported(arena, s, msg, device, atol, rtol, opts.precision)
-                except EvalError:
-                    if s.note is not None:
-                        s.note["status"] = "failed"
-                    raise
-                fwd = msg.get("forward_ms")
-                rec["forward_ms"] = fwd if isinstance(fwd, (int, float)) else None
-                result["verification"]["sets"].append(rec)
-                elapsed["compare"] = elapsed.get("compare", 0.0) + time.monotonic() - t_cmp
-                if s.note is not None:
-                    s.note.update(status="refused" if "refused" in rec else "verified",
-                                  reason=rec.get("refused"))
-                if "refused" in rec:
-                    result["flags"].append({
-                        "kind": "derived_shape_refused",
-                        "message": f"input set {s.index} ({set_label(s)}) was refused by the "
-                                   f"candidate ({rec['refused']}); not a failure: the kernel "
-                                   "supports fewer sizes than the reference"})
-                    log(f"input set {s.index} ({s.kind}) refused by the candidate")
-                else:
-                    log(f"input set {s.index} ({s.kind}) ok")
-                received += 1
-            elif mtype == "launches":
-                evidence = msg.get("evidence")
-                result["verification"]["launches"] = evidence
-            elif mtype == "verified":
-                if received != len(sets):
-                    raise EvalError("protocol", f"the candidate claimed verification after "
-                                                f"{received} of {len(sets)} input sets")
-                verified = True
-                break
-            elif mtype == "failure":
-                candidate_failure = msg
-                break
-            elif mtype == "_protocol":
-                raise EvalError("protocol", str(msg.get("message")))
+        result["stage"] = ses.stage = "verify"
+        ended = ses.pump("verify")
+        verified = ended == "verified"
         elapsed["candidate_verify"] = time.monotonic() - t_cand
 
         if verified and device.type == "cuda":
@@ -669,84 +923,46 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             result["verification"]["precision_observed"] = \
                 "fp32" if all(p["ok"] for p in precs) else "reduced"
 
-        cand_stats = None
         if verified:
             if opts.no_timing:
                 cand.send("stop")
             else:
-                result["stage"] = stage_name = "timing"
-                post_rec = None
+                result["stage"] = ses.stage = "timing"
                 cand.send("time")
                 t_time = time.monotonic()
                 log("timing the candidate")
-                while True:
-                    try:
-                        msg = cand.next_message()
-                    except TimeoutError:
-                        raise EvalError("timeout", f"the candidate ran past the "
-                                                   f"{opts.timeout:g} s limit while being timed "
-                                                   "and was killed", stage="timing")
-                    if msg is None:
-                        break
-                    mtype = msg.get("type")
-                    if mtype == "stage":
-                        result["candidate"]["last_stage"] = str(msg.get("stage"))[:64]
-                    elif mtype == "timing":
-                        cand_stats = validate_stats(msg.get("stats"))
-                        if post is not None and cand_stats is not None:
-                            fill_inputs(arena, post, device)  # only now: unseen till timed
-                            cand.send("post")
-                    elif mtype == "set" and post is not None and cand_stats is not None:
-                        # The forward after timing, on a set it has not seen: same checks.
-                        if msg.get("index") != post.index or post_rec is not None:
-                            raise EvalError("protocol", "the candidate reported an unexpected "
-                                                        "input set after timing",
-                                            stage="timing")
-                        try:
-                            post_rec = check_reported(arena, post, msg, device, atol, rtol,
-                                                      opts.precision)
-                        except EvalError as e:
-                            e.message = ("after timing, on a fresh input set, the outputs no "
-                                         "longer match (does the forward behave differently "
-                                         "once it has been called many times?): " + e.message)
-                            e.stage = "timing"
-                            raise
-                        result["verification"]["post_timing"] = post_rec
-                    elif mtype == "done":
-                        break
-                    elif mtype == "failure":
-                        candidate_failure = msg
-                        break
-                    elif mtype == "_protocol":
-                        raise EvalError("protocol", str(msg.get("message")))
+                ses.pump("timing")
                 elapsed["candidate_timing"] = time.monotonic() - t_time
 
         # -- how the candidate process ended
         rc = cand.wait(min(10.0, max(1.0, cand.deadline - time.monotonic())))
         result["candidate"]["exit_code"] = rc
-        if candidate_failure is not None:
-            kind, message, details = sanitize_failure(candidate_failure)
+        if ses.candidate_failure is not None:
+            kind, message, details = sanitize_failure(ses.candidate_failure)
+            if kind == "oom":
+                message += candidate_oom_note(details, result.get("memory"))
             details["output_tail"] = cand.output_tail()
-            raise EvalError(kind, message, details, stage=stage_name)
+            raise EvalError(kind, message, details, stage=ses.stage)
         if rc is None:
             raise EvalError("timeout", "the candidate stopped reporting but did not exit; "
-                                       "killed", stage=stage_name)
+                                       "killed", stage=ses.stage)
         if rc != 0:
             raise EvalError("crash", f"the candidate process {exit_description(rc)} (in its "
                                      f"stage {result['candidate']['last_stage']!r})",
                             {"exit_code": rc, "output_tail": cand.output_tail()},
-                            stage=stage_name)
+                            stage=ses.stage)
         if not verified:
             raise EvalError("protocol", "the candidate exited without finishing verification",
-                            {"output_tail": cand.output_tail()}, stage=stage_name)
+                            {"output_tail": cand.output_tail()}, stage=ses.stage)
         cand.kill()  # anything it left behind in its process group
 
         if opts.no_timing:
             result.update(ok=True, stage="done")
-            return result
+            return result, prefetch_next
+        cand_stats = ses.cand_stats
         if cand_stats is None:
             raise EvalError("timing", "the candidate reported no usable timing", stage="timing")
-        if post is not None and post_rec is None:
+        if post is not None and ses.post_rec is None:
             raise EvalError("protocol", "the candidate skipped the check after timing",
                             stage="timing")
 
@@ -755,47 +971,14 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         key = baseline_key(task_sha, dev, opts.precision, opts.timing)
         base, cached = measure_baselines(opts, model, sets[0], device, key, log)
         elapsed["baselines"] = time.monotonic() - t_base
-        cand_stats = kernel_floor(cand_stats, result["verification"].get("launches"),
-                                  result["flags"])
-        cand_med = cand_stats.get("median_ms")
-        sol = speed_of_light(dev, sets[0], state_bytes, cand_med, base.get("flops"),
-                             opts.precision)
-
-        def speedup(b: Any) -> float | None:
-            if timing.finite_stats(b) and cand_med and cand_med > 0:
-                return b["median_ms"] / cand_med
-            return None
-
-        result["timing"] = {
-            "mode": opts.timing,
-            "precision": opts.precision,
-            "eager": base["eager"],
-            "compile": base["compile"],
-            "candidate": cand_stats,
-            "baseline_cached": cached,
-            "speedup_vs_eager": speedup(base["eager"]),
-            "speedup_vs_compile": speedup(base["compile"]),
-            "sol": sol,
-        }
-        if "bytes" in sol["flagged_by"]:
-            result["flags"].append({
-                "kind": "speed_of_light",
-                "message": f"the candidate's median {cand_med:.4g} ms is below half the "
-                           f"{sol['sol_ms']:.4g} ms that moving its inputs and outputs once "
-                           "takes at peak memory bandwidth: faster than memory bandwidth "
-                           "allows; not to be rewarded without review"})
-        if "flops" in sol["flagged_by"]:
-            result["flags"].append({
-                "kind": "speed_of_light",
-                "message": f"the candidate's median {cand_med:.4g} ms is below half the "
-                           f"{sol['sol_flops_ms']:.4g} ms that the reference's "
-                           f"{sol['flops']:.4g} FLOPs take at the device's peak "
-                           f"{sol['peak_flops_kind']} tensor rate "
-                           f"({sol['peak_flops_per_s']:.4g} FLOP/s): faster than the hardware's "
-                           "arithmetic allows; not to be rewarded without review"})
+        result["timing"], flags = timing_section(opts, dev, sets[0], state_bytes, cand_stats,
+                                                 base, cached,
+                                                 result["verification"].get("launches"))
+        result["flags"] += flags
         result.update(ok=True, stage="done")
-        return result
+        return result, prefetch_next
     except EvalError as e:
+        cand = ses.cand
         if cand is not None:
             cand.kill()
             if result.get("candidate") is not None:
@@ -809,23 +992,89 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         if isinstance(record, dict) and isinstance(result.get("verification"), dict):
             result["verification"]["sets"].append(record)
         result["failure"] = {"kind": e.kind, "message": e.message, "details": details}
-        return result
+        return result, (prefetch_next if e.kind != "infrastructure" else None)
+    except Exception as exc:
+        if not is_oom(exc):
+            raise
+        result["failure"] = {"kind": "infrastructure",
+                             "message": f"the evaluator ran out of GPU memory: {exc}",
+                             "details": {}}
+        raise OutOfMemory(plan.level if plan is not None else min_level,
+                          f"{type(exc).__name__}: {hu.cap(str(exc), 400)}", result) from None
     finally:
         for note in (result.get("verification") or {}).get("derived_shapes") or []:
             if note.get("status") == "pending":
                 note["status"] = "not reached"
-        if cand is not None:
-            cand.kill()
-        if arena is not None:
-            arena.close()  # after the candidate is gone
-        if prefetch is not None and prefetch_next is not None:
-            prefetch.start(*prefetch_next)
+        if ses.cand is not None:
+            ses.cand.kill()
+        if ses.arena is not None:
+            ses.arena.close()  # after the candidate is gone
         if job_dir is not None and not opts.keep_temp:
             shutil.rmtree(job_dir, ignore_errors=True)
         elif job_dir is not None:
             log(f"kept the candidate directory {job_dir}")
+        if isinstance(result.get("memory"), dict) and device.type == "cuda":
+            result["memory"]["peak_bytes"] = memplan.peak_since(device, 0)
+            result["memory"]["peak_above_start_bytes"] = memplan.peak_since(device,
+                                                                             peak_base)
         elapsed["total"] = time.monotonic() - t_start
         result["elapsed_s"] = elapsed
+
+
+def candidate_oom_note(details: dict[str, Any], memory: Any) -> str:
+    """What a candidate that ran out of memory had taken, beside its budget."""
+    used = details.get("max_memory_allocated")
+    budget = ((memory or {}).get("plan") or {}).get("candidate_budget_bytes") \
+        if isinstance(memory, dict) else None
+    used_s = f"it had allocated up to {memplan.gib(used)}" if isinstance(used, int) else \
+        "its own usage is unknown"
+    budget_s = f"its budget on this GPU is {memplan.gib(budget)} (the free memory less the " \
+        "evaluator's share)" if isinstance(budget, int) else "no budget is known"
+    return f" (the candidate ran out of GPU memory: {used_s}; {budget_s})"
+
+
+def timing_section(opts: argparse.Namespace, dev: dict[str, Any], s0: InputSet,
+                   state_bytes: int, cand_stats: dict[str, Any], base: dict[str, Any],
+                   cached: bool, launches: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The result's timing section and its flags (kernel floor, speed of light)."""
+    flags: list[dict[str, Any]] = []
+    cand_stats = kernel_floor(cand_stats, launches, flags)
+    cand_med = cand_stats.get("median_ms")
+    sol = speed_of_light(dev, s0, state_bytes, cand_med, base.get("flops"), opts.precision)
+
+    def speedup(b: Any) -> float | None:
+        if timing.finite_stats(b) and cand_med and cand_med > 0:
+            return b["median_ms"] / cand_med
+        return None
+
+    section = {
+        "mode": opts.timing,
+        "precision": opts.precision,
+        "eager": base["eager"],
+        "compile": base["compile"],
+        "candidate": cand_stats,
+        "baseline_cached": cached,
+        "speedup_vs_eager": speedup(base["eager"]),
+        "speedup_vs_compile": speedup(base["compile"]),
+        "sol": sol,
+    }
+    if "bytes" in sol["flagged_by"]:
+        flags.append({
+            "kind": "speed_of_light",
+            "message": f"the candidate's median {cand_med:.4g} ms is below half the "
+                       f"{sol['sol_ms']:.4g} ms that moving its inputs and outputs once "
+                       "takes at peak memory bandwidth: faster than memory bandwidth "
+                       "allows; not to be rewarded without review"})
+    if "flops" in sol["flagged_by"]:
+        flags.append({
+            "kind": "speed_of_light",
+            "message": f"the candidate's median {cand_med:.4g} ms is below half the "
+                       f"{sol['sol_flops_ms']:.4g} ms that the reference's "
+                       f"{sol['flops']:.4g} FLOPs take at the device's peak "
+                       f"{sol['peak_flops_kind']} tensor rate "
+                       f"({sol['peak_flops_per_s']:.4g} FLOP/s): faster than the hardware's "
+                       "arithmetic allows; not to be rewarded without review"})
+    return section, flags
 
 
 def usage_error(opts_out: str | None, message: str) -> int:
@@ -858,6 +1107,8 @@ def run(opts: argparse.Namespace) -> int:
     if opts.seeds < 1 or opts.adversarial_sets < 0 or opts.derived_shapes < 0:
         return usage_error(opts.out, "--seeds must be >= 1, --adversarial-sets and "
                                      "--derived-shapes >= 0")
+    if opts.memory_window is not None and opts.memory_window < 1:
+        return usage_error(opts.out, "--memory-window must be >= 1")
     if opts.budget_ms <= 0 or opts.timeout <= 0:
         return usage_error(opts.out, "--budget-ms and --timeout must be positive")
     if opts.atol is not None and opts.atol < 0 or opts.rtol is not None and opts.rtol < 0:
@@ -879,7 +1130,7 @@ def run(opts: argparse.Namespace) -> int:
         return 0
     kind = failure["kind"] if failure else "?"
     log(f"failed ({kind}): {failure['message'] if failure else ''}")
-    return 3 if kind in ("task_error", "harness") else 1
+    return 3 if kind in ("task_error", "harness", "infrastructure") else 1
 
 
 def main(argv: list[str] | None = None) -> int:

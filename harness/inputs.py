@@ -18,6 +18,7 @@ import torch
 
 import harness_util as hu
 from evalbase import (
+    is_oom,
     EvalError, Log, as_list, clone_arg, nbytes, same_values, secret_seed, sync, task_call,
     to_device)
 
@@ -131,11 +132,18 @@ def draw_inputs(task: Any, device: torch.device) -> list[Any]:
 
 
 class InputSet:
-    def __init__(self, index: int, kind: str, drawn: list[Any], device: torch.device):
+    def __init__(self, index: int, kind: str, drawn: list[Any] | None, device: torch.device,
+                 recipe: Callable[[], list[Any]] | None = None):
         self.index = index          # the "seed_index" reported (never the seed itself)
         # "random", "adversarial", "value-stress", "shape", "derived-shape" or "post-timing"
         self.kind = kind
-        self.orig = [to_device(clone_arg(x), device) for x in drawn]  # pristine, never mutated
+        self.device = device
+        # How to draw it again (from its secret seed): a set of the task's own shape that a
+        # memory plan streams is drawn when its turn comes and dropped once compared.
+        self.recipe = recipe
+        # pristine, never mutated; None while not drawn (a streamed set: materialize())
+        self.orig: list[Any] | None = None if drawn is None else \
+            [to_device(clone_arg(x), device) for x in drawn]
         self.slots: list[dict[str, Any]] = []    # where its inputs lie in the arena
         self.out_slots: list[dict[str, Any]] = []  # where the candidate puts its outputs
         self.ref: list[Any] = []    # reference leaves (float32 / the task's dtypes), on device
@@ -161,43 +169,64 @@ class InputSet:
         self.atol_scale: list[float] | None = None
         self.enforce_precision = True
 
+    def materialize(self) -> None:
+        """Draws a streamed set again from its recipe (its own secret seed: the same values
+        as any earlier draw), scaled as chosen for a value-stress set."""
+        if self.orig is not None:
+            return
+        assert self.recipe is not None, "a set with neither inputs nor a recipe"
+        drawn = self.recipe()
+        if self.scale is not None:
+            drawn = [x * self.scale if k in self.scaled_inputs else x
+                     for k, x in enumerate(drawn)]
+        self.orig = [to_device(clone_arg(x), self.device) for x in drawn]
+
+    def release(self) -> None:
+        """Drops the set's tensors (inputs, references) once it has been compared or before
+        its turn comes; materialize() draws it again."""
+        if self.recipe is None:
+            return
+        self.orig, self.ref, self.ref64 = None, [], None
+
 
 def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device, log: Log,
-              n_derived: int = 0, stress: int = 0) -> tuple[list[InputSet], dict[str, Any]]:
+              n_derived: int = 0, stress: int = 0,
+              defer: bool = False) -> tuple[list[InputSet], dict[str, Any]]:
     """The evaluation's input sets, in order: n_random from get_inputs(), n_adv adversarial,
     the value-stress set (stress: drawn here, scaled by choose_stress_scale once the reference
     model exists), the task's EXTRA_SHAPES, or else up to n_derived derived shapes. Returns the
     sets and what the result's verification section says about them: "adversarial",
     "value_stress", "derived_shapes" (one entry per derivation, with its status) and
-    "derived_shapes_note" (why there are none, or None)."""
+    "derived_shapes_note" (why there are none, or None). Every random, adversarial and
+    value-stress set keeps a recipe (its secret seed) to draw it again; with defer, the random
+    and adversarial sets after the first are not drawn here (InputSet.materialize)."""
     sets: list[InputSet] = []
     for i in range(n_random):
-        torch.manual_seed(secret_seed())
-        sets.append(InputSet(i, "random", draw_inputs(task, device), device))
+        rec = random_recipe(task, device, secret_seed())
+        sets.append(InputSet(i, "random", None if defer and i else rec(), device, rec))
     domains = input_domains(task)
     info: dict[str, Any] = {"inputs": [], "left_as_drawn": {}}
     for a in range(n_adv):
-        seed = secret_seed()
-        torch.manual_seed(seed)
-        raw = draw_inputs(task, device)
-        gen = torch.Generator(device=device).manual_seed(seed ^ 0x5DEECE66D)
-        changed, left = real_inputs(raw, domains)
+        # Which inputs change depends on their dtypes only: set 0's draw tells.
+        changed, left = real_inputs(sets[0].orig or [], domains) if sets else ([], {})
+        rec = adversarial_recipe(task, device, secret_seed())
+        raw = None if defer and sets else rec()
+        if raw is not None:
+            changed, left = real_inputs(raw, domains)
         info["inputs"], info["left_as_drawn"] = changed, left
-        for k in changed:
-            raw[k] = heavy_tailed_like(raw[k], gen)
         if not changed:
             info["skipped"] = "no floating-point input may take adversarial values"
             log("adversarial set skipped: no eligible input")
             break
-        sets.append(InputSet(n_random + a, "adversarial", raw, device))
+        sets.append(InputSet(n_random + a, "adversarial", raw, device, rec))
     stress_info: dict[str, Any] | None = None
     if stress:
-        torch.manual_seed(secret_seed())
-        raw = draw_inputs(task, device)
+        rec = random_recipe(task, device, secret_seed())
+        raw = rec()
         eligible, left = real_inputs(raw, domains)
         stress_info = {"scale": None, "inputs": eligible, "left_as_drawn": left}
         if eligible:
-            st = InputSet(len(sets), "value-stress", raw, device)
+            st = InputSet(len(sets), "value-stress", raw, device, rec)
             st.scaled_inputs = eligible
             sets.append(st)
         else:
@@ -226,6 +255,30 @@ def draw_sets(task: Any, n_random: int, n_adv: int, device: torch.device, log: L
     sets += derived
     return sets, {"adversarial": info, "value_stress": stress_info, "derived_shapes": notes,
                   "derived_shapes_note": why_none}
+
+
+def random_recipe(task: Any, device: torch.device, seed: int) -> Callable[[], list[Any]]:
+    """get_inputs() drawn from a secret seed, as often as asked (the same values each time)."""
+    def draw() -> list[Any]:
+        torch.manual_seed(seed)
+        return draw_inputs(task, device)
+    return draw
+
+
+def adversarial_recipe(task: Any, device: torch.device, seed: int) -> Callable[[], list[Any]]:
+    """A random draw from a secret seed with its eligible inputs (those of real_inputs)
+    replaced by heavy-tailed values (heavy_tailed_like, its generator seeded from the same
+    seed)."""
+    domains = input_domains(task)
+
+    def draw() -> list[Any]:
+        torch.manual_seed(seed)
+        raw = draw_inputs(task, device)
+        gen = torch.Generator(device=device).manual_seed(seed ^ 0x5DEECE66D)
+        for k in real_inputs(raw, domains)[0]:
+            raw[k] = heavy_tailed_like(raw[k], gen)
+        return raw
+    return draw
 
 
 def real_inputs(raw: list[Any], domains: dict[int, str]) -> tuple[list[int], dict[str, str]]:
@@ -691,6 +744,8 @@ def compute_reference64(model64: torch.nn.Module | None, s: InputSet) -> str | N
                    for x in hu.flatten_outputs(out)]
     except Exception as exc:  # the float64 reference is best effort
         s.ref64 = None
+        if is_oom(exc):
+            raise
         return f"{type(exc).__name__}: {exc}"
     if len(s.ref64) != len(s.ref):
         s.ref64 = None

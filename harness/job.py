@@ -104,3 +104,47 @@ def received_outputs(arena: ar.Arena, s: InputSet, meta: Any) -> list[Any]:
         view = arena.view(s.out_slots[j]["offset"], dtype, shape)
         outs.append(view.to(r.device, copy=True))
     return outs
+
+
+def lay_out_streamed(resident: list[InputSet], streamed: list[InputSet], window: int,
+                     template: InputSet) -> int:
+    """The arena of a memory plan that streams sets (memplan.Plan.window): the resident sets
+    (set 0, derived and extra shapes) each get their own slots, the streamed sets (of the
+    task's own shape, laid out like `template`, set 0) share `window` groups of slots, the
+    k-th streamed set using group k % window. Returns the arena's size."""
+    size = lay_out(resident)
+    layout = ar.Layout()
+    layout.size = size
+    groups = []
+    for _ in range(max(1, window)):
+        ins = [{"kind": "tensor", "offset": layout.take(nbytes(x)), "dtype": str(x.dtype),
+                "shape": list(x.shape)} if isinstance(x, torch.Tensor) else dict(slot)
+               for x, slot in zip(template.orig or [], template.slots)]
+        outs = [{"offset": layout.take(o["nbytes"]), "nbytes": o["nbytes"]}
+                if o["offset"] is not None else dict(o) for o in template.out_slots]
+        groups.append((ins, outs))
+    for k, s in enumerate(streamed):
+        ins, outs = groups[k % len(groups)]
+        s.slots = [dict(x) for x in ins]
+        s.out_slots = [dict(o) for o in outs]
+    return layout.size
+
+
+def check_streamed(s: InputSet) -> str | None:
+    """Why a streamed set, drawn now, does not fit the slots laid out for it from set 0 (its
+    inputs' or the reference outputs' sizes differ), or None."""
+    assert s.orig is not None
+    if len(s.orig) != len(s.slots) or len(s.ref) != len(s.out_slots):
+        return "its number of inputs or outputs differs from set 0's"
+    for k, (x, slot) in enumerate(zip(s.orig, s.slots)):
+        if isinstance(x, torch.Tensor) != (slot["kind"] == "tensor"):
+            return f"input {k} is a tensor in one draw and not in the other"
+        if isinstance(x, torch.Tensor) and (str(x.dtype) != slot["dtype"]
+                                            or list(x.shape) != slot["shape"]):
+            return f"input {k}'s shape or dtype differs from set 0's"
+        if not isinstance(x, torch.Tensor) and input_value(x, s.index, k) != slot["value"]:
+            return f"input {k}'s value differs from set 0's"
+    for j, (r, o) in enumerate(zip(s.ref, s.out_slots)):
+        if nbytes(r) != o["nbytes"]:
+            return f"the reference's output {j} has another size than on set 0"
+    return None
