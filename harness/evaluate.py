@@ -483,7 +483,11 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
         device = timing.resolve_device(torch.device(opts.device))
         if device.type == "cuda" and torch.cuda.is_available():
             mem["idle_after"] = memplan.release(device)
-        if prefetch is not None and prefetch_next is not None:
+        plan = mem.get("plan") or {}
+        foot = mem.get("footprint") or {}
+        draws = foot.get("input_bytes", 0) * (foot.get("n_streamed", 0) + 1)
+        if prefetch is not None and prefetch_next is not None and not plan.get("chunked") \
+                and (device.type != "cuda" or draws <= memplan.PREFETCH_BUDGET):
             prefetch.start(*prefetch_next)
     result.setdefault("elapsed_s", {})["total"] = time.monotonic() - t_start
     return result

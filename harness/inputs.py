@@ -708,6 +708,18 @@ class SetPrefetch:
             self._thread.join()
             self._thread = None
 
+    def held_bytes(self) -> int:
+        """Device bytes the drawn sets hold (after wait())."""
+        if self._result is None:
+            return 0
+        return sum(nbytes(x) for s in self._result[0] for x in (s.orig or [])
+                   if isinstance(x, torch.Tensor) and x.device.type != "cpu")
+
+    def drop(self) -> None:
+        """Forgets the drawn sets (the next job draws its own)."""
+        self.wait()
+        self._key, self._result = None, None
+
     def take(self, key: tuple) -> tuple[list[InputSet], dict[str, Any]] | None:
         self.wait()
         got = self._result if self._key == key else None
