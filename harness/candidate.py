@@ -23,7 +23,9 @@ input views, synchronises, and copies each output into its arena slot for the tr
 compare (the trusted side checks the inputs for mutation in place); where the forward raises
 an ordinary exception on a set the job marks may_refuse (a shape the evaluator derived), it
 reports the refusal and goes on with the next set. It never sees the reference outputs or
-the seeds. After all sets it waits for one more line on stdin: "time" (measure the forward on
+the seeds. When job.json lists chunk_starts (a memory plan that streams the sets through
+the arena), it waits for a line "next" on stdin before each of those sets. After all sets it
+waits for one more line on stdin: "time" (measure the forward on
 input set 0 with timing.measure and report; then, on a further line "post", run the
 post-timing input set, written to the arena only then, and report it like a verified one) or
 anything else (stop).
@@ -170,6 +172,11 @@ def _fail_from(exc: BaseException, default_kind: str, what: str,
     if kind == "exception":
         kind = default_kind
     d = dict(details or {})
+    if kind == "oom" and torch.cuda.is_available() and torch.cuda.is_initialized():
+        try:  # what it had taken, for the trusted side's message (its budget beside it)
+            d["max_memory_allocated"] = int(torch.cuda.max_memory_allocated())
+        except Exception:  # noqa: BLE001  (a broken context: the message says enough)
+            pass
     d["traceback"] = _tb_tail(exc)
     return Failure(kind, f"{what}: {message}", d)
 
@@ -323,7 +330,12 @@ class Runner:
         self.model = self.models[0] = self.build_model(0)
 
         self.stage("verify")
+        # A memory plan that streams the sets (harness/memplan.py) writes them into the arena
+        # a few at a time: before each later group the trusted side says "next".
+        waits = {int(i) for i in job.get("chunk_starts") or []}
         for i in range(int(job["n_sets"])):
+            if i in waits and self.control.readline().strip() != "next":
+                return False
             self.verify_set(i)
         if self.device.type == "cuda" and job.get("launch_evidence", True):
             self.stage("launch_evidence")

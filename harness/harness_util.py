@@ -18,6 +18,8 @@ FAILURE_KINDS = (
     "usage",           # the evaluator was called wrongly (bad paths, refused options)
     "task_error",      # the task failed (import, Model, get_inputs): not the candidate's fault
     "harness",         # an internal error of the evaluator
+    "infrastructure",  # the evaluator could not evaluate (its own out-of-memory, a task too
+                       # large for the GPU): no reward, not the candidate's failure
     "import",          # the extension or model_new.py failed to import
     "build",           # ModelNew(*init_inputs) raised, or is not an nn.Module
     "state_dict",      # ModelNew's state_dict keys or shapes differ from Model's

@@ -12,10 +12,13 @@ so that an evaluation pays for neither `import torch` nor CUDA start-up on eithe
 after each job it draws the next job's input sets for the same task in the background
 (evaluate.SetPrefetch), so that a warm evaluation does not wait for get_inputs() either.
 Baseline timings stay cached on disk by evaluate.py (keyed by task hash, GPU, PyTorch).
+After every job the worker's GPU memory goes back to its idle level (between_jobs: freed,
+measured, logged on stderr and returned in the reply's "memory"); the prefetched sets are
+the only per-task state kept, within memplan.PREFETCH_BUDGET.
 
 Protocol (JSON lines): requests on stdin, {"id": ID, "argv": [evaluate.py arguments]};
 replies on the file descriptor that was stdout at start, {"id": ID, "rc": STATUS,
-"elapsed_s": T}, the result itself being written to the request's --out exactly as
+"elapsed_s": T, "memory": {...} (CUDA)}, the result itself being written to the request's --out exactly as
 `evaluate.py ARGV` would (same exit status too). Before the first request the worker writes
 {"ready": true, "device": ..., "torch": ...}. Everything else this process or the task code
 prints goes to stderr, never into the reply channel. EOF on stdin ends the worker.
@@ -42,6 +45,7 @@ import time  # noqa: E402
 
 import candidate_proc as cp  # noqa: E402
 import evaluate  # noqa: E402  (imports torch)
+import memplan  # noqa: E402
 import timing  # noqa: E402
 import torch  # noqa: E402
 
@@ -74,7 +78,25 @@ def handle(line: str, pool: cp.CandidatePool, prefetch: evaluate.SetPrefetch,
     opts.prefetch = prefetch
     t0 = time.monotonic()
     rc = evaluate.run(opts)
-    return {"id": rid, "rc": rc, "elapsed_s": round(time.monotonic() - t0, 4)}
+    out = {"id": rid, "rc": rc, "elapsed_s": round(time.monotonic() - t0, 4)}
+    if opts.device == "cuda":
+        out["memory"] = between_jobs(prefetch, timing.resolve_device(torch.device("cuda")))
+    return out
+
+
+def between_jobs(prefetch: evaluate.SetPrefetch, device: torch.device) -> dict:
+    """After a job: the runner's GPU memory back at its idle level. Whatever the job left is
+    freed (gc, the caching allocator's free blocks); the one piece of per-task state kept, the
+    next job's prefetched sets, is dropped when it exceeds memplan.PREFETCH_BUDGET. Measured
+    and logged (stderr, one JSON line) and returned for the reply."""
+    prefetch.wait()
+    held = prefetch.held_bytes()
+    if held > memplan.PREFETCH_BUDGET:
+        prefetch.drop()
+    mem = memplan.release(device)
+    mem["prefetch_bytes"] = prefetch.held_bytes()
+    print(json.dumps({"event": "worker_idle", **mem}), file=sys.stderr, flush=True)
+    return mem
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,11 +14,12 @@
 
 enum cli_exit {
     CLI_OK = 0,
-    CLI_FAILED = 1,   /* the operation failed */
-    CLI_USAGE = 2,    /* unknown command or option, bad or missing argument */
-    CLI_INVALID = 3,  /* the input (task, dataset, workspace) was rejected */
-    CLI_NOTFOUND = 4, /* a named task, file or selector does not exist */
-    CLI_UNAVAIL = 69, /* a needed component is missing (python3, pyarrow, evaluator) */
+    CLI_FAILED = 1,    /* the operation failed */
+    CLI_USAGE = 2,     /* unknown command or option, bad or missing argument */
+    CLI_INVALID = 3,   /* the input (task, dataset, workspace) was rejected */
+    CLI_NOTFOUND = 4,  /* a named task, file or selector does not exist */
+    CLI_UNAVAIL = 69,  /* a needed component is missing (python3, pyarrow, evaluator) */
+    CLI_TEMPFAIL = 75, /* the evaluator could not evaluate (infrastructure error): no verdict */
 };
 
 enum cli_opt_kind {

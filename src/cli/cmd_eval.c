@@ -90,7 +90,9 @@ int cmd_eval(int argc, char **argv)
             "the other stages are a workspace's.\n\n"
             "Exit status: 0 the candidate is correct (reward >= 1); 1 it is not (reward -1,\n"
             "the report says why); 2 usage; 69 a needed component (nvcc, PyTorch, the\n"
-            "evaluator service) is missing.\n\n"
+            "evaluator service) is missing; 75 an infrastructure error (the evaluator ran\n"
+            "out of GPU memory in its own work, or the task is too large for the GPU): no\n"
+            "verdict on the candidate, no reward.\n\n"
             "With --server (or CUDA_AGENT_EVALUATOR) the service does the work with its own\n"
             "device, architecture, cache and sandbox settings (see `cuda-agent evaluator`).",
         .opts = opts,
@@ -164,7 +166,9 @@ int cmd_eval(int argc, char **argv)
             fputs(b.data, stdout);
         buf_release(&b);
     }
-    rc = json_is_true(json_object_get(report, "ok")) ? CLI_OK : CLI_FAILED;
+    rc = json_is_true(json_object_get(report, "ok"))                     ? CLI_OK
+         : json_is_true(json_object_get(report, "infrastructure_error")) ? CLI_TEMPFAIL
+                                                                         : CLI_FAILED;
     json_decref(report);
     return rc;
 }

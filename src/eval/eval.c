@@ -417,6 +417,8 @@ done:
     return rc;
 }
 
+static const char *str(const json_t *o, const char *k);
+
 static double stat_ms(const json_t *h, const char *which)
 {
     json_t *v = json_object_get(json_object_get(json_object_get(h, "timing"), which), "median_ms");
@@ -662,6 +664,14 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     if (!correct) {
         json_t *f = json_object_get(h, "failure");
         json_object_set(report, "message", json_object_get(f, "message"));
+        /* The evaluator could not evaluate (its own out-of-memory, a task too large for the
+         * GPU): no verdict on the candidate and no reward, reported apart. */
+        if (strcmp(str(f, "kind"), "infrastructure") == 0) {
+            json_object_set_new(report, "stage", json_string("infrastructure"));
+            json_object_set_new(report, "ok", json_false());
+            json_object_set_new(report, "infrastructure_error", json_true());
+            goto out;
+        }
     }
     if (o->verify_only) {
         json_object_set_new(report, "stage", json_string("verify"));
@@ -793,7 +803,10 @@ int eval_format(const json_t *r, struct buf *b)
     if (*msg)
         e |= buf_addf(b, "%s failed:\n%s%s", stage, msg, msg[strlen(msg) - 1] == '\n' ? "" : "\n");
     const char *kind = str(json_object_get(h, "failure"), "kind");
-    if (*kind)
+    if (json_is_true(json_object_get(r, "infrastructure_error")))
+        e |= buf_addstr(b, "infrastructure error: the evaluator could not evaluate this "
+                           "candidate (no verdict, no reward)\n");
+    else if (*kind)
         e |= buf_addf(b, "check that failed: %s\n", kind);
     json_t *ev = json_object_get(json_object_get(h, "verification"), "launches");
     if (json_is_object(ev) && json_number_value(json_object_get(ev, "total_us")) > 0)

@@ -298,7 +298,7 @@ def test_a_sandbox_that_cannot_be_built_is_the_evaluators_failure(tmp_path):
                     "exit 69\n")
     fake.chmod(0o755)
     run = evaluate(tmp_path, args=["--no-timing", "--sandbox", str(fake)])
-    assert run.rc == 3 and run.failure["kind"] == "harness", run
+    assert run.rc == 3 and run.failure["kind"] == "infrastructure", run
     assert run.result["stage"] == "setup", run
     assert "could not start" in run.failure["message"], run
     assert "no user namespaces here" in run.failure["details"]["output_tail"], run

@@ -1,0 +1,256 @@
+"""The evaluator's GPU memory plan (harness/memplan.py) and what evaluate.py does with it:
+plan arithmetic on fake footprints, the up-front refusal of a task too large, an evaluator
+out-of-memory error retried with a smaller plan and then reported as an infrastructure error
+(never the candidate's failure), a candidate's own out-of-memory error naming its budget, and
+streamed input sets (--memory-window) giving the verdicts of the all-at-once path. CPU mode."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from test_harness import EXT_16_ROWS, evaluate, model_new  # noqa: E402
+import test_harness  # noqa: E402
+
+import compare  # noqa: E402  (harness/, on the path through test_harness)
+import evaluate as ev  # noqa: E402
+import memplan  # noqa: E402
+
+GIB = memplan.GIB
+
+
+def fp(**kw) -> memplan.Footprint:
+    base = dict(input_bytes=GIB, output_bytes=GIB, param_bytes=0, ref_peak_bytes=2 * GIB,
+                float_output=True, max_output_elems=GIB // 4, n_streamed=7)
+    base.update(kw)
+    return memplan.Footprint(**base)
+
+
+# ---------------------------------------------------------------------------------------
+# Plan arithmetic
+
+
+def test_plans_shrink_from_everything_resident_to_one_set_on_the_host():
+    plans = memplan.make_plans(fp())
+    assert [p.window for p in plans] == [7, 3, 1, 1]
+    assert [p.ref64_host for p in plans] == [False, False, False, True]
+    assert [p.level for p in plans] == [0, 1, 2, 3]
+    needs = [p.need_bytes for p in plans]
+    assert needs == sorted(needs, reverse=True) and len(set(needs)) == 4
+    assert not plans[0].chunked and all(p.chunked for p in plans[1:])
+
+
+def test_per_set_cost_and_the_candidates_share():
+    f = fp()
+    # A resident set: pristine inputs + arena inputs + arena outputs + reference + float64.
+    assert memplan._per_set(f, False) == 2 * GIB + 2 * GIB + 2 * GIB
+    assert memplan._per_set(f, True) == 4 * GIB
+    assert memplan._per_set(fp(float_output=False), False) == 4 * GIB
+    # Context, a forward (peak and outputs), and the poison blocks (2 x outputs + 2 x outputs).
+    assert memplan.candidate_bytes(f) == memplan.CANDIDATE_CONTEXT + 2 * GIB + GIB + 4 * GIB
+    # The poison's big block is capped at 8 GiB.
+    big = fp(output_bytes=10 * GIB)
+    assert memplan.candidate_bytes(big) == memplan.CANDIDATE_CONTEXT + 2 * GIB + 10 * GIB \
+        + 20 * GIB + 8 * GIB
+
+
+def test_choose_takes_the_roomiest_plan_that_fits():
+    f = fp()
+    plans = memplan.make_plans(f)
+    assert memplan.choose(f, None) == plans[0]           # CPU: no limit
+    assert memplan.choose(f, plans[0].need_bytes) == plans[0]
+    assert memplan.choose(f, plans[0].need_bytes - 1) == plans[1]
+    assert memplan.choose(f, plans[2].need_bytes) == plans[2]
+    assert memplan.choose(f, plans[3].need_bytes) == plans[3]
+    assert memplan.choose(f, plans[3].need_bytes - 1) is None
+    assert memplan.choose(f, 10 ** 15, min_level=2) == plans[2]  # a retry: smaller only
+
+
+def test_the_relu_task_of_issue_22_fits_an_h200_streamed_not_resident():
+    # ReLU on 4096 x 393216 float32: 6 GiB in, 6 GiB out; an H200 has ~139 GiB free.
+    six = 4096 * 393216 * 4
+    f = fp(input_bytes=six, output_bytes=six, ref_peak_bytes=2 * six,
+           max_output_elems=4096 * 393216, n_streamed=8)
+    h200 = 139 * GIB
+    plan = memplan.choose(f, h200)
+    assert plan is not None and plan.chunked and plan.window < 8
+    assert plan.need_bytes <= h200
+    assert memplan.make_plans(f)[0].need_bytes > h200  # everything resident does not fit
+
+
+def test_too_large_message_names_the_numbers():
+    f = fp(input_bytes=100 * GIB, output_bytes=100 * GIB)
+    assert memplan.choose(f, 139 * GIB) is None
+    msg = memplan.too_large_message(f, 139 * GIB)
+    assert "139.00 GiB free" in msg and "100.00 GiB of inputs" in msg
+    assert f"{memplan.smallest(f).need_bytes / GIB:.2f} GiB" in msg
+
+
+def test_describe_gives_the_candidates_budget():
+    f = fp()
+    p = memplan.make_plans(f)[1]
+    d = memplan.describe(f, p, 100 * GIB)
+    assert d["plan"]["candidate_budget_bytes"] == 100 * GIB - p.trusted_bytes \
+        - memplan.FIXED_OVERHEAD
+    assert d["footprint"]["input_bytes"] == GIB and d["plan"]["chunked"] is True
+
+
+# ---------------------------------------------------------------------------------------
+# Sliced comparison: the same records as the one-piece comparison
+
+
+def test_sliced_compare_gives_the_same_record(monkeypatch):
+    gen = torch.Generator().manual_seed(1)
+    exp = torch.randn(7, 13, 5, generator=gen)
+    got = exp.clone()
+    got[0, 3, 1] += 1.0
+    got[4, 0, 0] = float("nan")
+    got[6, 12, 4] = float("inf")
+    whole = compare.compare_tensor(0, got, exp, 1e-2, 1e-2)
+    monkeypatch.setattr(compare, "COMPARE_CHUNK_ELEMS", 17)
+    sliced = compare.compare_tensor_sliced(0, got, exp, 1e-2, 1e-2)
+    assert sliced == whole
+    assert whole["mismatches"] == 3 and whole["first_mismatches"][0]["index"] == [0, 3, 1]
+
+
+def test_sliced_precision_matches_and_takes_a_host_reference(monkeypatch):
+    gen = torch.Generator().manual_seed(2)
+    r64 = torch.randn(64, 33, generator=gen, dtype=torch.float64)
+    ref = r64.float()
+    got = (r64 + 1e-4 * torch.randn(64, 33, generator=gen, dtype=torch.float64)).float()
+    whole = compare.precision_record(0, got, ref, r64)
+    monkeypatch.setattr(compare, "COMPARE_CHUNK_ELEMS", 100)
+    sliced = compare.precision_record_sliced(0, got, ref, r64)
+    assert sliced["ok"] == whole["ok"] is False
+    for k in ("candidate_rms_err", "reference_rms_err", "scale_rms", "threshold"):
+        assert sliced[k] == pytest.approx(whole[k], rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# Whole evaluations in CPU mode
+
+
+def verdict(run):
+    r = run.result
+    return (run.rc, r["ok"], r["stage"], (r["failure"] or {}).get("kind"),
+            [(s["kind"], s["ok"], s["mismatches"]) for s in r["verification"]["sets"]],
+            (r["verification"].get("post_timing") or {}).get("ok"))
+
+
+@pytest.mark.parametrize("case", ["correct", "wrong_16_rows", "mutates"])
+def test_streamed_sets_give_the_verdicts_of_the_all_at_once_path(tmp_path, case):
+    kw = {}
+    if case == "wrong_16_rows":
+        kw = dict(ext=EXT_16_ROWS,
+                  new=model_new("return cuda_extension.affine_16(x, self.weight, self.bias, "
+                                "self.scale)"))
+    elif case == "mutates":
+        # Correct on the first sets, then it writes into its input: the streamed group after
+        # the first is where it fails.
+        kw = dict(new=model_new("""
+            self.calls = getattr(self, "calls", 0) + 1
+            y = cuda_extension.affine(x, self.weight, self.bias, self.scale)
+            if self.calls == 3:
+                x.add_(1.0)
+            return y"""))
+    whole = evaluate(tmp_path, **kw)
+    streamed = evaluate(tmp_path, args=("--memory-window", "1"), **kw)
+    assert whole.result["memory"]["plan"]["chunked"] is False, whole
+    assert streamed.result["memory"]["plan"]["chunked"] is True, streamed
+    assert streamed.result["memory"]["plan"]["window"] == 1
+    assert verdict(streamed) == verdict(whole), (whole, streamed)
+    if case == "correct":
+        assert whole.rc == 0 and len(whole.result["verification"]["sets"]) >= 7
+    elif case == "wrong_16_rows":
+        assert whole.failure["kind"] == "mismatch"
+        assert whole.result["verification"]["sets"][-1]["kind"] == "derived-shape"
+    else:
+        assert whole.failure["kind"] == "input_mutated"
+        assert whole.failure["details"]["set"] == 2
+
+
+def test_window_of_two_streams_in_groups(tmp_path):
+    run = evaluate(tmp_path, args=("--memory-window", "2"))
+    assert run.rc == 0, run
+    plan = run.result["memory"]["plan"]
+    assert plan["chunked"] and plan["window"] == 2
+    assert run.result["verification"]["post_timing"]["ok"] is True
+
+
+def fake_cuda_oom(*args, **kwargs):
+    raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+
+
+def test_an_evaluator_oom_is_retried_with_a_smaller_plan(tmp_path, monkeypatch):
+    real = ev.compute_reference64
+    levels = []
+
+    def oom_on_the_roomy_plan(model64, s):
+        levels.append(len(levels))
+        if calls["n"] == 0:
+            calls["n"] += 1
+            fake_cuda_oom()
+        return real(model64, s)
+
+    calls = {"n": 0}
+    monkeypatch.setattr(ev, "compute_reference64", oom_on_the_roomy_plan)
+    run = evaluate(tmp_path)
+    assert run.rc == 0, run
+    mem = run.result["memory"]
+    assert [a["level"] for a in mem["attempts"]] == [0]
+    assert "out of memory" in mem["attempts"][0]["error"]
+    assert mem["plan"]["level"] == 1 and mem["plan"]["chunked"] is True
+
+
+def test_an_evaluator_oom_under_every_plan_is_an_infrastructure_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(ev, "compute_reference64", fake_cuda_oom)
+    run = evaluate(tmp_path)
+    assert run.rc == 3, run
+    assert run.result["ok"] is False
+    assert run.failure["kind"] == "infrastructure", run
+    assert "not the candidate's failure" in run.failure["message"]
+    levels = [a["level"] for a in run.result["memory"]["attempts"]]
+    assert levels == list(range(len(levels))) and len(levels) >= 2
+
+
+def test_an_oom_in_the_reference_forward_is_not_a_task_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(ev, "compute_reference", fake_cuda_oom)
+    run = evaluate(tmp_path)
+    assert run.failure["kind"] == "infrastructure", run
+    assert run.rc == 3
+
+
+def test_a_task_too_large_is_refused_up_front(tmp_path, monkeypatch):
+    monkeypatch.setattr(memplan, "free_bytes", lambda device: 1 << 20)  # 1 MiB "free"
+    started = []
+    monkeypatch.setattr(ev.cp, "CandidateProcess",
+                        lambda *a, **k: started.append(1) or pytest.fail("started"))
+    run = evaluate(tmp_path)
+    assert run.rc == 3, run
+    assert run.failure["kind"] == "infrastructure"
+    assert run.failure["details"]["reason"] == "too_large"
+    assert "even with the smallest memory plan" in run.failure["message"]
+    assert "0.00 GiB free" in run.failure["message"]
+    assert run.result["stage"] == "setup" and not started
+    assert run.result["memory"]["plan"] is None
+
+
+def test_a_candidate_that_runs_out_of_memory_fails_naming_its_budget(tmp_path):
+    run = evaluate(tmp_path, new=model_new(
+        'raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 TiB")'))
+    test_harness.assert_failed(run, "oom")
+    assert "the candidate ran out of GPU memory" in run.failure["message"]
+    assert "no budget is known" in run.failure["message"]  # CPU mode: no device budget
+    note = ev.candidate_oom_note({"max_memory_allocated": 3 * GIB},
+                                 {"plan": {"candidate_budget_bytes": 2 * GIB}})
+    assert "allocated up to 3.00 GiB" in note and "budget on this GPU is 2.00 GiB" in note
+
+
+def test_the_candidate_cannot_claim_an_infrastructure_error(tmp_path):
+    kind, _msg, _d = ev.sanitize_failure({"kind": "infrastructure", "message": "not me"})
+    assert kind == "exception"
