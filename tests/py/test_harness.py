@@ -476,6 +476,8 @@ def test_hang_is_a_timeout(tmp_path):
 
 
 def test_hang_in_background_child_is_killed(tmp_path):
+    # Without the candidate sandbox (where the child could not be started at all, see
+    # test_background_child_cannot_start_in_the_sandbox): the process group is killed.
     marker = tmp_path / "child.pid"
     body = f"""
     import subprocess, sys, time
@@ -483,7 +485,7 @@ def test_hang_in_background_child_is_killed(tmp_path):
     open({str(marker)!r}, "w").write(str(p.pid))
     time.sleep(1000)
     """
-    run = evaluate(tmp_path, new=model_new(body), args=["--timeout", "8"])
+    run = evaluate(tmp_path, new=model_new(body), args=["--timeout", "8", "--no-sandbox"])
     assert_failed(run, "timeout")
     pid = int(marker.read_text())
     for _ in range(50):
@@ -494,6 +496,18 @@ def test_hang_in_background_child_is_killed(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail(f"the candidate's child {pid} survived the kill")
+
+
+def test_background_child_cannot_start_in_the_sandbox(tmp_path):
+    if sandbox_args()[0] != "--sandbox":
+        pytest.skip("no cuda-agent binary built: the sandbox cannot be tried")
+    body = """
+    import subprocess, sys
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
+    """
+    run = evaluate(tmp_path, new=model_new(body), args=["--timeout", "30"])
+    assert_failed(run, "exception")
+    assert "PermissionError" in run.failure["message"], run
 
 
 def test_memory_error_is_an_exception(tmp_path):
