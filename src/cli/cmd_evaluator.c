@@ -155,8 +155,9 @@ int cmd_evaluator(int argc, char **argv)
     o.prewarm = prewarm >= 0 ? (int)prewarm : cpu ? 1 : 8;
 
     struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    /* sigaction fails only for an invalid signal or handler: neither here. */
+    (void)sigaction(SIGINT, &sa, NULL);
+    (void)sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     fprintf(stderr, "evaluator: starting %zu runner(s) on %s; socket %s\n", o.n_gpus,
             cpu ? "the CPU" : "GPU(s)", socket_path);

@@ -335,7 +335,7 @@ int episode_open(const struct episode_opts *o, struct episode **out, struct ca_e
         goto fail;
     struct tool_shell_ops ops = {ep, bash_tool, bash_output_tool, kill_bash_tool};
     tool_ctx_set_shell(ep->tools, &ops);
-    rc = episode__evals_start(ep->control, ep->dir, ep->workspace, &ep->evals, err);
+    rc = episode__evals_start(ep->control, ep->dir, ep->workspace, o, &ep->evals, err);
     if (rc)
         goto fail;
     *out = ep;
@@ -508,7 +508,7 @@ static CA_NORETURN void supervise(const struct episode_opts *o, const char *dir,
     close(ready_fd);
     if (rc == 0) {
         serve(ep, lfd, o->idle_timeout_ms > 0 ? o->idle_timeout_ms : EPISODE_IDLE_DEFAULT_MS);
-        unlink(sock);
+        (void)unlink(sock); /* a stale socket is replaced at the next bind */
     }
     free(sock);
     episode_close(ep);

@@ -233,7 +233,7 @@ int evald_serve(const struct evald_opts *o, volatile sig_atomic_t *stop, struct 
     LOG_INFO("evaluator: stopping; waiting for %d request(s)", atomic_load(&d.active));
     close(lfd);
     lfd = -1;
-    unlink(o->socket_path);
+    (void)unlink(o->socket_path); /* gone already is fine; a stale one is replaced at bind */
     while (atomic_load(&d.active) > 0)
         usleep(20000);
 out:
