@@ -29,6 +29,7 @@
 #include "core/log.h"
 #include "episode/episode.h"
 #include "eval/eval.h"
+#include "eval/eval_report.h"
 #include "eval/evald.h"
 #include "task/task.h"
 #include "tools/tools.h"
@@ -636,14 +637,10 @@ static int turn(struct run *r, struct ca_err *err)
 
 static json_t *summary_of(const json_t *report)
 {
-    const json_t *reward = json_object_get(report, "reward");
-    json_t *s = json_pack("{s:b, s:O?}", "ok", json_is_true(json_object_get(report, "ok")), "stage",
-                          json_object_get(report, "stage"));
-    if (json_is_integer(json_object_get(reward, "reward")))
-        json_object_set(s, "reward", json_object_get(reward, "reward"));
-    else
-        json_object_set_new(s, "reward", json_integer(-1));
-    return s;
+    struct eval_report r;
+    eval_report_read(report, &r);
+    return json_pack("{s:b, s:s?, s:I}", "ok", r.ok, "stage", *r.stage ? r.stage : NULL, "reward",
+                     (json_int_t)(r.reward_is_int ? r.reward : -1));
 }
 
 static json_t *score(struct run *r, const char *ws, const char *what, const char *report_file)
@@ -658,7 +655,7 @@ static json_t *score(struct run *r, const char *ws, const char *what, const char
     };
     json_t *report = NULL;
     struct ca_err err = {0};
-    const char *svc = r->o->evaluator ? r->o->evaluator : getenv("CUDA_AGENT_EVALUATOR");
+    const char *svc = r->o->evaluator;
     int rc = svc && *svc ? evald_eval(svc, &eo, &report, &err) : eval_run(&eo, &report, &err);
     if (rc)
         return json_pack("{s:s, s:s}", "error", err.msg, "code", ca_strerror(rc));
@@ -776,6 +773,8 @@ static int start_episode(struct run *r, struct ca_err *err)
         .id = id,
         .workspace = r->ws_dir,
         .sandbox_flags = r->o->sandbox_flags,
+        .evaluator = r->o->evaluator,
+        .eval_device = r->device,
     };
     int rc = episode_open(&eo, &r->ep, err);
     struct buf dir;
