@@ -153,7 +153,8 @@ def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
         assert 0 < t[subject]["sync_overhead_ms"] < t[subject]["median_ms"]
         # Nothing runs outside the current stream: the probe's gap matches the call's.
         assert t[subject]["basis"] == "stream", (subject, t[subject])
-    assert "error" in t["compile"] or t["compile"]["n"] >= 10, first
+    # On CUDA the torch.compile baseline must run (the reward's second threshold rests on it).
+    assert "error" not in t["compile"] and t["compile"]["n"] >= 10, first
     assert t["speedup_vs_eager"] > 0
     assert t["sol"]["flagged"] is False, first
     # No matrix product, convolution or attention in these tasks: 0 FLOPs counted, the bytes
