@@ -532,17 +532,15 @@ static int start_supervisor(const struct episode_opts *o, const char *dir, struc
     }
     if (pid == 0) {
         close(p[0]);
-        setsid();
+        (void)setsid(); /* fails only for a group leader, which a fresh child is not */
         if (fork() != 0)
             _exit(0); /* the supervisor is re-parented away from the caller */
         int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
         int logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (nul >= 0)
-            dup2(nul, 0);
-        if (logfd >= 0) {
-            dup2(logfd, 1);
-            dup2(logfd, 2);
-        }
+        /* A supervisor still holding the caller's stdio would keep its pipes open: without
+         * its own, it exits, and the caller reads the closed ready pipe as a failed start. */
+        if (nul < 0 || logfd < 0 || dup2(nul, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
+            _exit(1);
         signal(SIGPIPE, SIG_IGN);
         signal(SIGHUP, SIG_IGN);
         supervise(o, dir, p[1]);
