@@ -541,8 +541,8 @@ static int start_supervisor(const struct episode_opts *o, const char *dir, struc
          * its own, it exits, and the caller reads the closed ready pipe as a failed start. */
         if (nul < 0 || logfd < 0 || dup2(nul, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
             _exit(1);
-        signal(SIGPIPE, SIG_IGN);
-        signal(SIGHUP, SIG_IGN);
+        (void)signal(SIGPIPE, SIG_IGN); /* SIG_ERR only for an invalid signal */
+        (void)signal(SIGHUP, SIG_IGN);
         supervise(o, dir, p[1]);
     }
     close(p[1]);
