@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # bench/gpu_session.sh - everything that needs a GPU, in one go, on a machine with one or two
 # GPUs: the arena check, then the evaluator benchmark (bench/eval_service.sh) on the first GPU
-# and CPUs, beside the GPU test suite (tests/gpu) and the agent episode
+# and CPUs, beside the GPU test suite (tests/gpu/run.sh) and the agent episode
 # (bench/agent_episode.sh) on the second GPU and the other CPUs (or after the benchmark when
 # there is one GPU). Results and logs go to OUT_DIR, a summary to stdout.
 #
 #   bash bench/gpu_session.sh CUDA_AGENT_BINARY OUT_DIR
 #   env: BENCH_TIMEOUT (540 s), SUITE_TIMEOUT (540 s; the suites get SIGINT then, so pytest
 #        still prints what failed), EPISODE (1; 0 skips the agent episode), ADVERSARIAL (1; 0
-#        skips tests/gpu/test_adversarial.py), REPEATS, CLIENTS, JOBS, SECTIONS
+#        leaves tests/gpu/test_adversarial.py out of tests/gpu/run.sh), REPEATS, CLIENTS, JOBS,
+#        SECTIONS
 #        (eval_service.sh)
 set -u
 CA=${1:?usage: gpu_session.sh CUDA_AGENT_BINARY OUT_DIR}
@@ -35,17 +36,16 @@ half=$((ncpu / 2))
 suite() { # gpu cpus
     CUDA_VISIBLE_DEVICES=$1 CUDA_AGENT_CACHE_DIR=/tmp/ca-cache-suite taskset -c "$2" \
         timeout -s INT -k 20 "${SUITE_TIMEOUT:-540}" bash -c '
+        t0=$(date +%s)
         if [ "${EPISODE:-1}" != 0 ]; then
             bash bench/agent_episode.sh "$CA_BIN" "$0/episode" >"$0/episode.log" 2>&1
             echo "episode rc=$?" >>"$0/suite-status"
         fi
-        if [ "${ADVERSARIAL:-1}" != 0 ]; then
-            python3 -m pytest -q -p no:cacheprovider -rs tests/gpu/test_adversarial.py \
-                >"$0/adversarial.log" 2>&1
-            echo "adversarial rc=$?" >>"$0/suite-status"
-        fi
-        python3 -m pytest -q -p no:cacheprovider -rfEs --tb=short --durations=12 tests/gpu \
-            --ignore=tests/gpu/test_adversarial.py >"$0/gpu-suite.log" 2>&1
+        # The GPU tiers, their one command (README), in what is left of the suite time; logs
+        # in OUT/gpu/.
+        GPU_SUITE_TIMEOUT=$((${SUITE_TIMEOUT:-540} - ($(date +%s) - t0) - 10)) \
+            bash tests/gpu/run.sh "$0/gpu" \
+            >"$0/gpu-suite.log" 2>&1
         echo "gpu-suite rc=$?" >>"$0/suite-status"' "$OUT"
 }
 bench() { # gpu cpus
@@ -64,6 +64,6 @@ else
 fi
 cat "$OUT/suite-status"
 echo "== benchmark"; grep -v "^evaluate:" "$OUT/service.log" | cut -c1-330 | tail -60
-echo "== adversarial"; tail -25 "$OUT/adversarial.log" 2>/dev/null | cut -c1-300
-echo "== gpu suite"; grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$OUT/gpu-suite.log" 2>/dev/null | cut -c1-400
+echo "== adversarial"; grep -E "^  (ok  |FAIL)|^adversarial:" "$OUT/gpu/adversarial.log" 2>/dev/null | cut -c1-300
+echo "== gpu suite"; cut -c1-400 "$OUT/gpu-suite.log" 2>/dev/null | tail -40
 echo "== episode"; cat "$OUT/episode/summary.md" 2>/dev/null | head -60 || tail -20 "$OUT/episode.log"

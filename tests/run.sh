@@ -10,8 +10,9 @@
 #   gpu/   pytest files and scripts that need a CUDA GPU (they skip themselves)
 #
 # Environment: BUILD (default build), TESTS (a regex on test names to run a subset),
-# TEST_REQUIRE (what this host must be able to run, e.g. "userns,cc": a unit case skipped
-# for want of one of them fails; see tests/unit/test.h).
+# TEST_REQUIRE (what this host must be able to run, e.g. "userns,cc,torch": a unit case, an it/
+# script or check, or the py/ tier skipped for want of one of them fails; see tests/unit/test.h,
+# tests/it/lib.sh, tests/py/conftest.py; .ci/run sets it).
 set -u
 cd "$(dirname "$0")/.."
 REPO=$(pwd)

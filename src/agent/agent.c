@@ -29,6 +29,7 @@
 #include "core/log.h"
 #include "episode/episode.h"
 #include "eval/eval.h"
+#include "eval/eval_report.h"
 #include "eval/evald.h"
 #include "task/task.h"
 #include "tools/tools.h"
@@ -475,24 +476,29 @@ static void keep_record(struct run *r, json_t *rec)
     free(dir);
 }
 
-/* One turn. Returns 0 to go on, 1 when the loop should stop (r->stop_reason
- * set), or a negative code for a failure of our own (trajectory I/O). */
-static int turn(struct run *r, struct ca_err *err)
+/* ---- one turn, in its phases ---- */
+
+/* The budgets checked before a turn: true (r->stop_reason set) when one is spent. */
+static bool budget_spent(struct run *r)
 {
-    if (cancelled(r)) {
+    if (cancelled(r))
         stop(r, "interrupted", "a signal asked the agent to stop");
-        return 1;
-    }
-    if (r->turn >= r->max_turns) {
+    else if (r->turn >= r->max_turns)
         stop(r, "max_turns", NULL);
-        return 1;
-    }
-    if (out_of_time(r)) {
+    else if (out_of_time(r))
         stop(r, "wall_clock", NULL);
-        return 1;
-    }
-    int64_t t0 = ca_now_us();
-    /* Context: keep the latest turn's outputs; elide older ones near the budget. */
+    else
+        return false;
+    return true;
+}
+
+/*
+ * Fit the conversation to the context budget: keep the latest turn's outputs, elide older
+ * ones near the budget. *tokens and *elided say what was sent; true (stop "context") when
+ * even that does not fit.
+ */
+static bool context_full(struct run *r, int64_t *tokens, size_t *elided)
+{
     size_t count = agent_conv_count(r->conv), keep_from = count;
     while (keep_from > 0) {
         const char *role =
@@ -504,78 +510,70 @@ static int turn(struct run *r, struct ca_err *err)
     int64_t limit = r->context_tokens;
     if (r->llm_opts.max_tokens > 0 && r->llm_opts.max_tokens < limit)
         limit -= r->llm_opts.max_tokens;
-    size_t elided = 0;
+    *elided = 0;
     if (agent_conv_tokens(r->conv, r->tools_json.len) > (int64_t)((double)limit * AGENT_ELIDE_AT))
-        elided = agent_conv_elide(r->conv, (int64_t)((double)limit * AGENT_ELIDE_TO),
-                                  r->tools_json.len, keep_from);
-    int64_t tokens = agent_conv_tokens(r->conv, r->tools_json.len);
-    if (tokens > limit) {
-        char d[128];
-        snprintf(d, sizeof(d),
-                 "the conversation needs about %" PRId64 " tokens; the budget is %" PRId64, tokens,
-                 limit);
-        stop(r, "context", d);
-        return 1;
-    }
-    emit(r, AGENT_EV_TURN, NULL, NULL, NULL);
+        *elided = agent_conv_elide(r->conv, (int64_t)((double)limit * AGENT_ELIDE_TO),
+                                   r->tools_json.len, keep_from);
+    *tokens = agent_conv_tokens(r->conv, r->tools_json.len);
+    if (*tokens <= limit)
+        return false;
+    char d[128];
+    snprintf(d, sizeof(d),
+             "the conversation needs about %" PRId64 " tokens; the budget is %" PRId64, *tokens,
+             limit);
+    stop(r, "context", d);
+    return true;
+}
 
-    struct llm_reply rep;
-    llm_reply_init(&rep);
-    struct ca_err lerr = {0};
-    size_t request_bytes = agent_conv_json(r->conv).len + r->tools_json.len;
-    int rc = llm_chat(r->llm, agent_conv_json(r->conv),
-                      sv_from(r->tools_json.data, r->tools_json.len), r->turn + 1, &rep, &lerr);
-    int64_t model_us = rep.http_us;
-    r->model_us += model_us;
-    if (rc) {
-        if (rc == CA_ETOOBIG && strstr(lerr.msg, "context"))
-            stop(r, "context", lerr.msg);
-        else if (cancelled(r))
-            stop(r, "interrupted", lerr.msg);
-        else if (rc == CA_ETIMEOUT && (rep.deadline_hit || out_of_time(r)))
-            stop(r, "wall_clock", lerr.msg);
-        else
-            stop(r, "model_error", lerr.msg);
-        json_t *line = json_pack("{s:s, s:I, s:s, s:s, s:i, s:I, s:f}", "type", "error", "turn",
-                                 (json_int_t)(r->turn + 1), "error", lerr.msg, "stop_reason",
-                                 r->stop_reason, "attempts", rep.attempts, "http_status",
-                                 (json_int_t)rep.status, "model_ms", (double)model_us / 1000.0);
-        llm_reply_release(&rep);
-        rc = traj_append(r, line, err);
-        json_decref(line);
-        return rc ? rc : 1;
-    }
-    agent_conv_note_usage(r->conv, rep.prompt_tokens, request_bytes);
-    if (rep.prompt_tokens > 0)
-        r->prompt_tokens = rep.prompt_tokens;
-    if (rep.completion_tokens > 0)
-        r->completion_tokens += rep.completion_tokens;
-    r->turn++;
+/* The model call failed (rc, lerr): stop with the reason and record an "error" line. Returns
+ * 1 (stop), or a negative code when the trajectory cannot be written. */
+static int model_failed(struct run *r, int rc, const struct ca_err *lerr,
+                        const struct llm_reply *rep, int64_t model_us, struct ca_err *err)
+{
+    if (rc == CA_ETOOBIG && strstr(lerr->msg, "context"))
+        stop(r, "context", lerr->msg);
+    else if (cancelled(r))
+        stop(r, "interrupted", lerr->msg);
+    else if (rc == CA_ETIMEOUT && (rep->deadline_hit || out_of_time(r)))
+        stop(r, "wall_clock", lerr->msg);
+    else
+        stop(r, "model_error", lerr->msg);
+    json_t *line = json_pack("{s:s, s:I, s:s, s:s, s:i, s:I, s:f}", "type", "error", "turn",
+                             (json_int_t)(r->turn + 1), "error", lerr->msg, "stop_reason",
+                             r->stop_reason, "attempts", rep->attempts, "http_status",
+                             (json_int_t)rep->status, "model_ms", (double)model_us / 1000.0);
+    rc = traj_append(r, line, err);
+    json_decref(line);
+    return rc ? rc : 1;
+}
 
-    json_t *msgs = json_array(), *results = json_array();
-    json_array_append(msgs, rep.message);
-    rc = append_msg(r, json_incref(rep.message), err);
-    int64_t tool_us = 0;
-    bool stopping = false;
-    for (size_t i = 0; rc == 0 && i < rep.ncalls; i++) {
-        if (!stopping && (cancelled(r) || out_of_time(r))) {
-            stopping = true;
+/*
+ * The reply's message and each of its tool calls, run in order, into the conversation and
+ * into msgs and results (the turn's line). A spent budget between calls stops the rest
+ * (*stopping). Returns 0 or a negative code (trajectory I/O).
+ */
+static int run_calls(struct run *r, const struct llm_reply *rep, json_t *msgs, json_t *results,
+                     int64_t *tool_us, bool *stopping, struct ca_err *err)
+{
+    json_array_append(msgs, rep->message);
+    int rc = append_msg(r, json_incref(rep->message), err);
+    for (size_t i = 0; rc == 0 && i < rep->ncalls; i++) {
+        if (!*stopping && (cancelled(r) || out_of_time(r))) {
+            *stopping = true;
             stop(r, cancelled(r) ? "interrupted" : "wall_clock", "stopped between tool calls");
         }
         json_t *msg, *rec;
-        run_call(r, &rep.calls[i], stopping, &msg, &rec, &tool_us);
+        run_call(r, &rep->calls[i], *stopping, &msg, &rec, tool_us);
         json_array_append_new(results, rec);
         json_array_append(msgs, msg);
         rc = append_msg(r, msg, err);
     }
-    r->tool_us += tool_us;
-    if (rc) {
-        json_decref(msgs);
-        json_decref(results);
-        llm_reply_release(&rep);
-        return rc;
-    }
+    return rc;
+}
 
+/* The evaluations the episode made during the turn, kept and announced: a new array. */
+static json_t *collect_evals(struct run *r)
+{
     json_t *new_evals = NULL;
     struct ca_err eerr = {0};
     if (agent__poll_evals(r->o, r->ep, &r->eval_since, &new_evals, &eerr))
@@ -588,33 +586,93 @@ static int turn(struct run *r, struct ca_err *err)
         json_array_append(r->evals, rec);
         emit(r, AGENT_EV_EVAL, NULL, rec, NULL);
     }
+    return new_evals;
+}
 
+/* The turn's trajectory line; takes msgs, results and new_evals. *overhead: the loop's own
+ * time since t0, the line included. */
+static json_t *turn_line(const struct run *r, const struct llm_reply *rep, json_t *msgs,
+                         json_t *results, json_t *new_evals, int64_t tokens, size_t elided,
+                         int64_t t0, int64_t model_us, int64_t tool_us, int64_t *overhead)
+{
     json_t *line = json_pack("{s:s, s:I, s:o, s:o, s:o, s:o}", "type", "turn", "turn",
                              (json_int_t)r->turn, "messages", msgs, "tool_results", results,
-                             "usage", usage_json(&rep), "evals", new_evals);
-    if (rep.finish_reason)
-        json_object_set_new(line, "finish_reason", json_string(rep.finish_reason));
-    if (rep.text_form) {
+                             "usage", usage_json(rep), "evals", new_evals);
+    if (rep->finish_reason)
+        json_object_set_new(line, "finish_reason", json_string(rep->finish_reason));
+    if (rep->text_form) {
         json_object_set_new(line, "text_form", json_true());
-        json_object_set_new(line, "raw_content", json_string(rep.content ? rep.content : ""));
+        json_object_set_new(line, "raw_content", json_string(rep->content ? rep->content : ""));
     }
-    if (rep.reasoning)
-        json_object_set(line, "reasoning", rep.reasoning);
-    if (rep.logprobs)
-        json_object_set(line, "logprobs", rep.logprobs);
-    if (rep.token_ids)
-        json_object_set(line, "token_ids", rep.token_ids);
-    if (rep.prompt_token_ids)
+    if (rep->reasoning)
+        json_object_set(line, "reasoning", rep->reasoning);
+    if (rep->logprobs)
+        json_object_set(line, "logprobs", rep->logprobs);
+    if (rep->token_ids)
+        json_object_set(line, "token_ids", rep->token_ids);
+    if (rep->prompt_token_ids)
         json_object_set_new(line, "prompt_token_count",
-                            json_integer((json_int_t)json_array_size(rep.prompt_token_ids)));
+                            json_integer((json_int_t)json_array_size(rep->prompt_token_ids)));
     json_object_set_new(
         line, "context",
         json_pack("{s:I, s:I}", "tokens", (json_int_t)tokens, "elided", (json_int_t)elided));
-    int64_t overhead = ca_now_us() - t0 - model_us - tool_us;
+    *overhead = ca_now_us() - t0 - model_us - tool_us;
     json_object_set_new(line, "timings",
                         json_pack("{s:f, s:f, s:I, s:i}", "model_ms", (double)model_us / 1000.0,
                                   "tool_ms", (double)tool_us / 1000.0, "overhead_us",
-                                  (json_int_t)overhead, "attempts", rep.attempts));
+                                  (json_int_t)*overhead, "attempts", rep->attempts));
+    return line;
+}
+
+/* One turn: budgets, context, the model, its tool calls, the episode's evaluations, the
+ * trajectory line. Returns 0 to go on, 1 when the loop should stop (r->stop_reason set), or
+ * a negative code for a failure of our own (trajectory I/O). */
+static int turn(struct run *r, struct ca_err *err)
+{
+    if (budget_spent(r))
+        return 1;
+    int64_t t0 = ca_now_us();
+    int64_t tokens;
+    size_t elided;
+    if (context_full(r, &tokens, &elided))
+        return 1;
+    emit(r, AGENT_EV_TURN, NULL, NULL, NULL);
+
+    struct llm_reply rep;
+    llm_reply_init(&rep);
+    struct ca_err lerr = {0};
+    size_t request_bytes = agent_conv_json(r->conv).len + r->tools_json.len;
+    int rc = llm_chat(r->llm, agent_conv_json(r->conv),
+                      sv_from(r->tools_json.data, r->tools_json.len), r->turn + 1, &rep, &lerr);
+    int64_t model_us = rep.http_us;
+    r->model_us += model_us;
+    if (rc) {
+        rc = model_failed(r, rc, &lerr, &rep, model_us, err);
+        llm_reply_release(&rep);
+        return rc;
+    }
+    agent_conv_note_usage(r->conv, rep.prompt_tokens, request_bytes);
+    if (rep.prompt_tokens > 0)
+        r->prompt_tokens = rep.prompt_tokens;
+    if (rep.completion_tokens > 0)
+        r->completion_tokens += rep.completion_tokens;
+    r->turn++;
+
+    json_t *msgs = json_array(), *results = json_array();
+    int64_t tool_us = 0;
+    bool stopping = false;
+    rc = run_calls(r, &rep, msgs, results, &tool_us, &stopping, err);
+    r->tool_us += tool_us;
+    if (rc) {
+        json_decref(msgs);
+        json_decref(results);
+        llm_reply_release(&rep);
+        return rc;
+    }
+    json_t *new_evals = collect_evals(r);
+    int64_t overhead;
+    json_t *line = turn_line(r, &rep, msgs, results, new_evals, tokens, elided, t0, model_us,
+                             tool_us, &overhead);
     bool answered = rep.ncalls == 0;
     llm_reply_release(&rep);
     int64_t w0 = ca_now_us();
@@ -636,14 +694,10 @@ static int turn(struct run *r, struct ca_err *err)
 
 static json_t *summary_of(const json_t *report)
 {
-    const json_t *reward = json_object_get(report, "reward");
-    json_t *s = json_pack("{s:b, s:O?}", "ok", json_is_true(json_object_get(report, "ok")), "stage",
-                          json_object_get(report, "stage"));
-    if (json_is_integer(json_object_get(reward, "reward")))
-        json_object_set(s, "reward", json_object_get(reward, "reward"));
-    else
-        json_object_set_new(s, "reward", json_integer(-1));
-    return s;
+    struct eval_report r;
+    eval_report_read(report, &r);
+    return json_pack("{s:b, s:s?, s:I}", "ok", r.ok, "stage", *r.stage ? r.stage : NULL, "reward",
+                     (json_int_t)(r.reward_is_int ? r.reward : -1));
 }
 
 static json_t *score(struct run *r, const char *ws, const char *what, const char *report_file)
@@ -658,7 +712,7 @@ static json_t *score(struct run *r, const char *ws, const char *what, const char
     };
     json_t *report = NULL;
     struct ca_err err = {0};
-    const char *svc = r->o->evaluator ? r->o->evaluator : getenv("CUDA_AGENT_EVALUATOR");
+    const char *svc = r->o->evaluator;
     int rc = svc && *svc ? evald_eval(svc, &eo, &report, &err) : eval_run(&eo, &report, &err);
     if (rc)
         return json_pack("{s:s, s:s}", "error", err.msg, "code", ca_strerror(rc));
@@ -776,6 +830,8 @@ static int start_episode(struct run *r, struct ca_err *err)
         .id = id,
         .workspace = r->ws_dir,
         .sandbox_flags = r->o->sandbox_flags,
+        .evaluator = r->o->evaluator,
+        .eval_device = r->device,
     };
     int rc = episode_open(&eo, &r->ep, err);
     struct buf dir;

@@ -74,9 +74,9 @@ struct agent_opts {
     int64_t wall_ms;         /* 0: no wall-clock budget */
     int64_t tool_output_max; /* bytes of one tool output sent to the model; 0: 16 KiB */
     bool no_eval;            /* skip the final scoring */
-    const char *device;      /* evaluation device: "cuda" (default) or "cpu" */
-    const char *evaluator;   /* evaluator service socket for the final scoring;
-                              * NULL: $CUDA_AGENT_EVALUATOR, else in process */
+    const char *device;      /* evaluation device: "cuda" (default) or "cpu", for the
+                              * final scoring and the episode's ./compile ./verify ./profile */
+    const char *evaluator;   /* evaluator service socket for both; NULL: in process */
     const char *cache_dir;   /* evaluator cache */
     bool eval_no_sandbox;    /* evaluator compilers without the sandbox */
     unsigned sandbox_flags;  /* SANDBOX_INSECURE for --insecure-no-sandbox */

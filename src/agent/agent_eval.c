@@ -15,6 +15,7 @@
 
 #include "episode/episode.h"
 #include "eval/eval.h"
+#include "eval/eval_report.h"
 #include "core/banned.h"
 
 int agent__poll_evals(const struct agent_opts *o, struct episode *ep, int64_t *since, json_t **out,
@@ -42,9 +43,9 @@ int agent__poll_evals(const struct agent_opts *o, struct episode *ep, int64_t *s
 
 static double speedup_compile(const json_t *rec)
 {
-    const json_t *r = json_object_get(json_object_get(rec, "report"), "reward");
-    const json_t *s = json_object_get(r, "speedup_compile");
-    return json_is_number(s) ? json_number_value(s) : 0.0;
+    struct eval_report r;
+    eval_report_read(json_object_get(rec, "report"), &r);
+    return r.speedup_compile;
 }
 
 /* A record's reward as a candidate: the evaluator's, or 1 for a ./verify that

@@ -157,9 +157,10 @@ int cmd_evaluator(int argc, char **argv)
     o.prewarm = prewarm >= 0 ? (int)prewarm : cpu ? 1 : 8;
 
     struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    /* sigaction fails only for an invalid signal or handler: neither here. */
+    (void)sigaction(SIGINT, &sa, NULL);
+    (void)sigaction(SIGTERM, &sa, NULL);
+    (void)signal(SIGPIPE, SIG_IGN); /* SIG_ERR only for an invalid signal */
     fprintf(stderr, "evaluator: starting %zu runner(s) on %s; socket %s\n", o.n_gpus,
             cpu ? "the CPU" : "GPU(s)", socket_path);
     rc = evald_serve(&o, &stop_flag, &err);

@@ -257,12 +257,12 @@ int cmd_run(int argc, char **argv)
     o.llm.retries = (int)retries;
     o.llm.backoff_ms = backoff_ms;
     o.sandbox_flags = insecure ? SANDBOX_INSECURE : 0;
-    /* The episode's evaluator socket (the workspace's ./compile, ./verify,
-     * ./profile) reads these; the flags win over the environment. */
-    if (o.device)
-        setenv("CUDA_AGENT_EVAL_DEVICE", o.device, 1);
-    if (o.evaluator)
-        setenv("CUDA_AGENT_EVALUATOR", o.evaluator, 1);
+    /* The flags win over the environment; both reach the final scoring and the episode's
+     * evaluator socket (the workspace's ./compile, ./verify, ./profile) through o. */
+    if (!o.evaluator)
+        o.evaluator = getenv("CUDA_AGENT_EVALUATOR");
+    if (!o.device)
+        o.device = getenv("CUDA_AGENT_EVAL_DEVICE");
     if (insecure)
         fprintf(stderr, "cuda-agent: WARNING: --insecure-no-sandbox: the agent's commands run "
                         "WITHOUT isolation, with your user's full access to this machine\n");
@@ -275,14 +275,15 @@ int cmd_run(int argc, char **argv)
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    /* sigaction fails only for an invalid signal or handler: neither here. */
+    (void)sigaction(SIGINT, &sa, &old_int);
+    (void)sigaction(SIGTERM, &sa, &old_term);
 
     json_t *res = NULL;
     struct ca_err err = {0};
     rc = agent_run(&o, &res, &err);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    (void)sigaction(SIGINT, &old_int, NULL);
+    (void)sigaction(SIGTERM, &old_term, NULL);
     if (d.tty)
         fputs("\r\033[K", stderr);
     if (rc)

@@ -120,6 +120,10 @@ int cmd_tool(int argc, char **argv)
         .workspace = do_close || ping || evals ? NULL : workspace,
         .sandbox_flags = insecure ? SANDBOX_INSECURE : 0,
         .idle_timeout_ms = idle_s * 1000,
+        /* The episode's ./compile, ./verify and ./profile: through this service, else in
+         * process on this device (cuda by default). */
+        .evaluator = getenv("CUDA_AGENT_EVALUATOR"),
+        .eval_device = getenv("CUDA_AGENT_EVAL_DEVICE"),
     };
     if (do_close && !episode_running(&eo)) {
         printf("{\"ok\": true, \"note\": \"episode was not running\"}\n");

@@ -142,7 +142,7 @@ int msg_listen(const char *path, int backlog, struct ca_err *err)
         return err_setf(err, -errno, "socket: %s", strerror(errno));
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
-        unlink(path);
+        (void)unlink(path); /* bind reports what matters if it is still there */
     mode_t old = umask(0077);
     int b = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
     int e = errno;

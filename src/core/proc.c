@@ -165,10 +165,10 @@ CA_NORETURN static void child_run(const struct child_plan *p)
     memset(&dfl, 0, sizeof(dfl));
     dfl.sa_handler = SIG_DFL;
     for (int sig = 1; sig < NSIG; sig++)
-        sigaction(sig, &dfl, NULL); /* EINVAL for SIGKILL and libc's own: fine */
+        (void)sigaction(sig, &dfl, NULL); /* EINVAL for SIGKILL and libc's own: fine */
     sigset_t none;
     sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    (void)sigprocmask(SIG_SETMASK, &none, NULL); /* fails only for a bad `how` */
 
     setpgid(0, 0);
     /* Every fd here is >= 3, so dup2 never clobbers a source it still needs. */
@@ -176,18 +176,19 @@ CA_NORETURN static void child_run(const struct child_plan *p)
         child_fail(p->report_fd, STAGE_SETUP, errno);
     if (p->stderr_fd >= 0 && dup2(p->stderr_fd, 2) < 0)
         child_fail(p->report_fd, STAGE_SETUP, errno);
-    if (p->stderr_fd < 0)
-        fcntl(2, F_SETFD, 0); /* the parent's stderr, kept across exec */
+    if (p->stderr_fd < 0 && fcntl(2, F_SETFD, 0) != 0) /* the parent's stderr, kept */
+        child_fail(p->report_fd, STAGE_SETUP, errno);
 
     /* Mark everything from 3 up close-on-exec (the report pipe must live
      * until exec), then let the keep list through. */
     if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
         for (int fd = 3; fd < p->fallback_max_fd; fd++)
-            fcntl(fd, F_SETFD, FD_CLOEXEC);
+            (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* EBADF for the fds not open: fine */
     }
+    /* A kept fd that would close at exec is a setup failure, not a silent loss. */
     for (size_t i = 0; i < p->nkeep_fds; i++)
-        if (p->keep_fds[i] > 2)
-            fcntl(p->keep_fds[i], F_SETFD, 0);
+        if (p->keep_fds[i] > 2 && fcntl(p->keep_fds[i], F_SETFD, 0) != 0)
+            child_fail(p->report_fd, STAGE_SETUP, errno);
 
     if (p->cwd && chdir(p->cwd) != 0)
         child_fail(p->report_fd, STAGE_CHDIR, errno);

@@ -335,7 +335,7 @@ int episode_open(const struct episode_opts *o, struct episode **out, struct ca_e
         goto fail;
     struct tool_shell_ops ops = {ep, bash_tool, bash_output_tool, kill_bash_tool};
     tool_ctx_set_shell(ep->tools, &ops);
-    rc = episode__evals_start(ep->control, ep->dir, ep->workspace, &ep->evals, err);
+    rc = episode__evals_start(ep->control, ep->dir, ep->workspace, o, &ep->evals, err);
     if (rc)
         goto fail;
     *out = ep;
@@ -508,7 +508,7 @@ static CA_NORETURN void supervise(const struct episode_opts *o, const char *dir,
     close(ready_fd);
     if (rc == 0) {
         serve(ep, lfd, o->idle_timeout_ms > 0 ? o->idle_timeout_ms : EPISODE_IDLE_DEFAULT_MS);
-        unlink(sock);
+        (void)unlink(sock); /* a stale socket is replaced at the next bind */
     }
     free(sock);
     episode_close(ep);
@@ -532,19 +532,17 @@ static int start_supervisor(const struct episode_opts *o, const char *dir, struc
     }
     if (pid == 0) {
         close(p[0]);
-        setsid();
+        (void)setsid(); /* fails only for a group leader, which a fresh child is not */
         if (fork() != 0)
             _exit(0); /* the supervisor is re-parented away from the caller */
         int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
         int logfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (nul >= 0)
-            dup2(nul, 0);
-        if (logfd >= 0) {
-            dup2(logfd, 1);
-            dup2(logfd, 2);
-        }
-        signal(SIGPIPE, SIG_IGN);
-        signal(SIGHUP, SIG_IGN);
+        /* A supervisor still holding the caller's stdio would keep its pipes open: without
+         * its own, it exits, and the caller reads the closed ready pipe as a failed start. */
+        if (nul < 0 || logfd < 0 || dup2(nul, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0)
+            _exit(1);
+        (void)signal(SIGPIPE, SIG_IGN); /* SIG_ERR only for an invalid signal */
+        (void)signal(SIGHUP, SIG_IGN);
         supervise(o, dir, p[1]);
     }
     close(p[1]);

@@ -43,6 +43,11 @@ struct episode_opts {
     unsigned sandbox_flags; /* SANDBOX_INSECURE for --insecure-no-sandbox */
     struct sandbox_limits limits;
     int64_t idle_timeout_ms; /* supervisor exits after this long without requests; 0: default */
+    /* How the workspace's ./compile, ./verify and ./profile are evaluated: through the
+     * evaluator service listening at `evaluator`, else in process on `eval_device` ("cuda"
+     * when NULL). Copied at episode_open. */
+    const char *evaluator;
+    const char *eval_device;
 };
 
 /* $CUDA_AGENT_STATE_DIR, else $XDG_RUNTIME_DIR/cuda-agent, else /tmp/cuda-agent-<uid>;

@@ -8,9 +8,9 @@
  * {"command": "compile"|"verify"|"profile"}; everything else (the workspace
  * path, the task, the options) is the episode's own, so nothing the agent
  * sends can point the evaluator elsewhere. The thread serves one request at
- * a time: through the evaluator service when CUDA_AGENT_EVALUATOR names its
- * socket, else by running the pipeline in this process (device from
- * CUDA_AGENT_EVAL_DEVICE, default cuda). The reply is
+ * a time: through the evaluator service when the episode's options name its
+ * socket, else by running the pipeline in this process (on the options'
+ * device, default cuda). The reply is
  * {"exit": STATUS, "text": REPORT}; each evaluation is also recorded (see
  * episode_evals) with a copy of the files it evaluated under
  * <episode>/evals/<seq>/.
@@ -36,6 +36,7 @@
 #include "core/msg.h"
 #include "core/util.h"
 #include "eval/eval.h"
+#include "eval/eval_report.h"
 #include "eval/evald.h"
 #include "core/banned.h"
 
@@ -44,6 +45,7 @@
 
 struct episode__evals {
     char *workspace, *dir, *sock;
+    char *evaluator, *device; /* NULL: in process; NULL: cuda */
     int lfd;
     pthread_t thread;
     atomic_int stop;
@@ -62,17 +64,18 @@ static json_t *run_one(struct episode__evals *ev, const char *command)
     struct eval_opts eo = {.workspace = ev->workspace};
     eo.compile_only = strcmp(command, "compile") == 0;
     eo.verify_only = strcmp(command, "verify") == 0;
-    const char *dev = getenv("CUDA_AGENT_EVAL_DEVICE");
-    eo.device = dev && *dev ? dev : NULL;
+    eo.device = ev->device;
     int64_t seq = ev->seq + 1;
     char *keep = xstrfmt("%s/evals/%lld", ev->dir, (long long)seq);
     if (!eo.compile_only)
         eo.keep_dir = keep;
     struct ca_err err = {0};
     json_t *report = NULL;
-    const char *svc = getenv("CUDA_AGENT_EVALUATOR");
     int64_t t0 = ca_now_us();
-    int rc = svc && *svc ? evald_eval(svc, &eo, &report, &err) : eval_run(&eo, &report, &err);
+    int rc = ev->evaluator ? evald_eval(ev->evaluator, &eo, &report, &err)
+                           : eval_run(&eo, &report, &err);
+    struct eval_report er;
+    eval_report_read(report, &er); /* NULL (the evaluator failed) reads as empty */
     struct buf text;
     buf_init(&text, CA_LIMIT_TOOL_OUTPUT * 2);
     int status;
@@ -81,19 +84,19 @@ static json_t *run_one(struct episode__evals *ev, const char *command)
         if (buf_addf(&text, "%s: the evaluator failed: %s\n", command, err.msg))
             LOG_DEBUG("message cut");
     } else {
-        status = json_is_true(json_object_get(report, "ok")) ? 0 : 1;
+        status = er.ok ? 0 : 1;
         if (eval_format(report, &text))
             LOG_DEBUG("report cut");
     }
     json_t *reply = json_pack("{s:i, s:s%}", "exit", status, "text", text.data, text.len);
     if (report) {
-        json_t *rw = json_object_get(json_object_get(report, "reward"), "reward");
-        json_t *rec = json_pack(
-            "{s:I, s:s, s:b, s:O?, s:s?, s:O, s:s?, s:f}", "seq", (json_int_t)seq, "command",
-            command, "ok", json_is_true(json_object_get(report, "ok")), "reward", rw, "stage",
-            json_string_value(json_object_get(report, "stage")), "report", report, "snapshot_dir",
-            eo.keep_dir && fs_is_dir(keep) ? keep : NULL, "elapsed_ms",
-            (double)(ca_now_us() - t0) / 1000.0);
+        json_t *rec =
+            json_pack("{s:I, s:s, s:b, s:o, s:s?, s:O, s:s?, s:f}", "seq", (json_int_t)seq,
+                      "command", command, "ok", er.ok, "reward",
+                      er.reward_is_int ? json_integer((json_int_t)er.reward) : json_null(), "stage",
+                      *er.stage ? er.stage : NULL, "report", report, "snapshot_dir",
+                      eo.keep_dir && fs_is_dir(keep) ? keep : NULL, "elapsed_ms",
+                      (double)(ca_now_us() - t0) / 1000.0);
         pthread_mutex_lock(&ev->mu);
         ev->seq = seq;
         if (json_array_size(ev->records) < EVAL_RECORDS_MAX)
@@ -155,7 +158,8 @@ static void *eval_thread(void *arg)
 }
 
 int episode__evals_start(const char *control, const char *dir, const char *workspace,
-                         struct episode__evals **out, struct ca_err *err)
+                         const struct episode_opts *o, struct episode__evals **out,
+                         struct ca_err *err)
 {
     struct episode__evals *ev = xcalloc(1, sizeof(*ev));
     ev->sock = xstrfmt("%s/eval.sock", control);
@@ -171,8 +175,10 @@ int episode__evals_start(const char *control, const char *dir, const char *works
         LOG_WARN("episode: chmod %s: %s", ev->sock, strerror(errno));
     ev->workspace = xstrdup(workspace);
     ev->dir = xstrdup(dir);
+    ev->evaluator = o->evaluator && *o->evaluator ? xstrdup(o->evaluator) : NULL;
+    ev->device = o->eval_device && *o->eval_device ? xstrdup(o->eval_device) : NULL;
     ev->records = json_array();
-    pthread_mutex_init(&ev->mu, NULL);
+    (void)pthread_mutex_init(&ev->mu, NULL); /* default attributes: cannot fail on Linux */
     if (pthread_create(&ev->thread, NULL, eval_thread, ev) != 0) {
         int rc = err_setf(err, CA_ECHILD, "cannot start the evaluator socket's thread");
         ev->thread = 0;
@@ -191,12 +197,14 @@ void episode__evals_stop(struct episode__evals *ev)
     if (ev->thread)
         pthread_join(ev->thread, NULL);
     close(ev->lfd);
-    unlink(ev->sock);
+    (void)unlink(ev->sock); /* in the episode's own directory, removed with it */
     pthread_mutex_destroy(&ev->mu);
     json_decref(ev->records);
     free(ev->sock);
     free(ev->dir);
     free(ev->workspace);
+    free(ev->evaluator);
+    free(ev->device);
     free(ev);
 }
 

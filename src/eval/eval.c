@@ -21,9 +21,11 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/proc.h"
+#include "core/sv.h"
 #include "eval/compile.h"
 #include "eval/gpupool.h"
 #include "eval/eval_internal.h"
+#include "eval/eval_report.h"
 #include "eval/policy.h"
 #include "eval/reward.h"
 #include "task/task.h"
@@ -74,10 +76,15 @@ static void compile_opts_for(const struct eval_opts *o, const char *cache, struc
     co->use_sandbox = !o->no_sandbox;
     /* Slow machines (CI on two cores) need longer than the default per compiler run. */
     const char *t = getenv("CUDA_AGENT_COMPILE_TIMEOUT");
-    char *end;
-    long long sec = t && *t ? strtoll(t, &end, 10) : 0;
-    if (sec > 0 && sec <= 3600 && *end == '\0')
-        co->timeout_ms = sec * 1000;
+    int64_t sec;
+    struct ca_err terr = {0};
+    if (t && *t) {
+        if (sv_parse_range(sv_cstr(t), 1, 3600, &sec, "CUDA_AGENT_COMPILE_TIMEOUT (seconds)",
+                           &terr) == 0)
+            co->timeout_ms = sec * 1000;
+        else
+            LOG_WARN("%s: the default compile timeout stays", terr.msg);
+    }
     /* Cutting KernelBench sources in two is an accelerator; "0" turns it off, to measure
      * against (bench/kb_compile.sh). */
     const char *split = getenv("CUDA_AGENT_COMPILE_SPLIT");
@@ -417,26 +424,18 @@ done:
     return rc;
 }
 
-static const char *str(const json_t *o, const char *k);
-
-static double stat_ms(const json_t *h, const char *which)
-{
-    json_t *v = json_object_get(json_object_get(json_object_get(h, "timing"), which), "median_ms");
-    return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
 static int finish(json_t *report, const char *stage, bool compiled, bool correct,
                   struct ca_err *err)
 {
     json_object_set_new(report, "stage", json_string(stage));
-    json_t *h = json_object_get(report, "harness");
     struct reward_input in = {.compiled = compiled, .correct = correct};
     if (correct) {
-        in.eager_ms = stat_ms(h, "eager");
-        in.compile_ms = stat_ms(h, "compile");
-        in.candidate_ms = stat_ms(h, "candidate");
-        in.speed_of_light_flag = json_is_true(
-            json_object_get(json_object_get(json_object_get(h, "timing"), "sol"), "flagged"));
+        struct eval_report er;
+        eval_report_read(report, &er);
+        in.eager_ms = er.eager.median_ms;
+        in.compile_ms = er.compile.median_ms;
+        in.candidate_ms = er.candidate.median_ms;
+        in.speed_of_light_flag = er.sol_flagged;
     }
     struct reward_result r;
     int rc = reward_compute(&in, &r, err);
@@ -659,19 +658,19 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     stage_time(report, "harness", ts);
     if (rc)
         goto out;
-    json_t *h = json_object_get(report, "harness");
-    bool correct = json_is_true(json_object_get(h, "ok"));
-    if (!correct) {
-        json_t *f = json_object_get(h, "failure");
-        json_object_set(report, "message", json_object_get(f, "message"));
-        /* The evaluator could not evaluate (its own out-of-memory, a task too large for the
-         * GPU): no verdict on the candidate and no reward, reported apart. */
-        if (strcmp(str(f, "kind"), "infrastructure") == 0) {
-            json_object_set_new(report, "stage", json_string("infrastructure"));
-            json_object_set_new(report, "ok", json_false());
-            json_object_set_new(report, "infrastructure_error", json_true());
-            goto out;
-        }
+    struct eval_report er;
+    eval_report_read(report, &er);
+    bool correct = er.harness_ok;
+    if (!correct && *er.failure_message)
+        json_object_set_new(report, "message", json_string(er.failure_message));
+    /* The evaluator could not evaluate (its own out-of-memory, a task too large for the GPU,
+     * a candidate sandbox it could not build): no verdict on the candidate and no reward,
+     * reported apart. */
+    if (!correct && strcmp(er.failure_kind, "infrastructure") == 0) {
+        json_object_set_new(report, "stage", json_string("infrastructure"));
+        json_object_set_new(report, "ok", json_false());
+        json_object_set_new(report, "infrastructure_error", json_true());
+        goto out;
     }
     if (o->verify_only) {
         json_object_set_new(report, "stage", json_string("verify"));
@@ -679,8 +678,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
         goto out;
     }
     /* A failure while timing (the check after the timing runs) is named as such. */
-    const char *hstage = json_string_value(json_object_get(h, "stage"));
-    bool in_timing = !correct && hstage && strcmp(hstage, "timing") == 0;
+    bool in_timing = !correct && strcmp(er.harness_stage, "timing") == 0;
     rc = finish(report, correct ? "done" : in_timing ? "timing" : "verify", true, correct, err);
 out:
     json_decref(files);
@@ -704,6 +702,14 @@ out:
     return 0;
 }
 
+/* A median the report lacks is shown as 0, as JSON's absent number reads. */
+static double shown_ms(double ms)
+{
+    return isnan(ms) ? 0.0 : ms;
+}
+
+/* A string member of a JSON object of the report, "" when absent (the compile units and the
+ * device: sub-objects eval_report hands over whole). */
 static const char *str(const json_t *o, const char *k)
 {
     const char *s = json_string_value(json_object_get(o, k));
@@ -775,75 +781,57 @@ static int format_device(const json_t *d, struct buf *b)
     return e | buf_addch(b, '\n');
 }
 
-int eval_format(const json_t *r, struct buf *b)
+int eval_format(const json_t *report, struct buf *b)
 {
+    struct eval_report r;
+    eval_report_read(report, &r);
     int e = 0;
-    const char *stage = str(r, "stage");
-    json_t *reward = json_object_get(r, "reward");
-    json_t *h = json_object_get(r, "harness");
-    e |= buf_addf(b, "task: %s\n", str(json_object_get(r, "task"), "id"));
-    json_t *kb = json_object_get(r, "kernelbench");
-    if (kb) {
-        e |= buf_addf(b, "kernelbench: %s", str(kb, "file"));
-        size_t i;
-        json_t *f;
-        json_array_foreach(json_object_get(kb, "functions"), i, f) e |=
-            buf_addf(b, "%s%s", i ? ", " : " (functions: ", json_string_value(f));
-        e |= buf_addstr(b, json_array_size(json_object_get(kb, "functions")) ? ")\n" : "\n");
+    e |= buf_addf(b, "task: %s\n", r.task_id);
+    if (r.has_kernelbench) {
+        e |= buf_addf(b, "kernelbench: %s", r.kb_file);
+        for (size_t i = 0; i < r.n_kb_functions && i < EVAL_REPORT_FUNCTIONS_MAX; i++)
+            e |= buf_addf(b, "%s%s", i ? ", " : " (functions: ", r.kb_functions[i]);
+        e |= buf_addstr(b, r.n_kb_functions ? ")\n" : "\n");
     }
-    if (json_object_get(r, "compile")) {
-        json_t *c = json_object_get(r, "compile");
-        e |= buf_addf(
-            b, "compile: %s (%.2f s)\n", json_is_true(json_object_get(c, "ok")) ? "ok" : "FAILED",
-            json_number_value(json_object_get(json_object_get(r, "stage_ms"), "compile")) / 1000.0);
-    }
-    e |= format_units(json_object_get(r, "compile"), b);
-    e |= format_device(json_object_get(h, "device"), b);
-    const char *msg = str(r, "message");
+    if (r.has_compile)
+        e |= buf_addf(b, "compile: %s (%.2f s)\n", r.compile_ok ? "ok" : "FAILED",
+                      r.compile_ms / 1000.0);
+    e |= format_units(r.compile_json, b);
+    e |= format_device(r.device_json, b);
+    const char *msg = r.message;
     if (*msg)
-        e |= buf_addf(b, "%s failed:\n%s%s", stage, msg, msg[strlen(msg) - 1] == '\n' ? "" : "\n");
-    const char *kind = str(json_object_get(h, "failure"), "kind");
-    if (json_is_true(json_object_get(r, "infrastructure_error")))
+        e |=
+            buf_addf(b, "%s failed:\n%s%s", r.stage, msg, msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+    if (r.infrastructure_error)
         e |= buf_addstr(b, "infrastructure error: the evaluator could not evaluate this "
                            "candidate (no verdict, no reward)\n");
-    else if (*kind)
-        e |= buf_addf(b, "check that failed: %s\n", kind);
-    json_t *ev = json_object_get(json_object_get(h, "verification"), "launches");
-    if (json_is_object(ev) && json_number_value(json_object_get(ev, "total_us")) > 0)
+    else if (*r.failure_kind)
+        e |= buf_addf(b, "check that failed: %s\n", r.failure_kind);
+    if (r.has_launches)
         e |= buf_addf(b,
                       "kernels: %lld in your extension, %.0f%% of the forward's GPU time "
                       "(%.1f of %.1f us)\n",
-                      (long long)json_integer_value(json_object_get(ev, "extension_kernels")),
-                      100.0 * json_number_value(json_object_get(ev, "extension_us")) /
-                          json_number_value(json_object_get(ev, "total_us")),
-                      json_number_value(json_object_get(ev, "extension_us")),
-                      json_number_value(json_object_get(ev, "total_us")));
-    size_t fi;
-    json_t *flag;
-    json_array_foreach(json_object_get(h, "flags"), fi, flag) e |=
-        buf_addf(b, "flag %s: %s\n", str(flag, "kind"), str(flag, "message"));
-    json_t *t = json_object_get(h, "timing");
-    if (t) {
-        const char *names[] = {"eager", "compile", "candidate"};
-        for (size_t i = 0; i < 3; i++) {
-            json_t *s = json_object_get(t, names[i]);
-            if (!s)
-                continue;
-            e |= buf_addf(b, "%-10s median %.4f ms  (CV %.1f%%, n=%lld)\n", names[i],
-                          json_number_value(json_object_get(s, "median_ms")),
-                          100.0 * json_number_value(json_object_get(s, "cv")),
-                          (long long)json_integer_value(json_object_get(s, "n")));
-        }
+                      (long long)r.extension_kernels, 100.0 * r.extension_us / r.total_us,
+                      r.extension_us, r.total_us);
+    for (size_t i = 0; i < r.n_flags && i < EVAL_REPORT_FLAGS_MAX; i++)
+        e |= buf_addf(b, "flag %s: %s\n", r.flags[i].kind, r.flags[i].message);
+    const struct {
+        const char *name;
+        const struct eval_report_timing *t;
+    } timings[] = {{"eager", &r.eager}, {"compile", &r.compile}, {"candidate", &r.candidate}};
+    for (size_t i = 0; i < 3; i++) {
+        if (!timings[i].t->present)
+            continue;
+        e |= buf_addf(b, "%-10s median %.4f ms  (CV %.1f%%, n=%lld)\n", timings[i].name,
+                      shown_ms(timings[i].t->median_ms), 100.0 * timings[i].t->cv,
+                      (long long)timings[i].t->n);
     }
-    json_int_t rv = json_integer_value(json_object_get(reward, "reward"));
-    if (reward && rv > 0)
-        e |= buf_addf(b, "speedup: %.2fx vs eager, %.2fx vs torch.compile\n",
-                      json_number_value(json_object_get(reward, "speedup_eager")),
-                      json_number_value(json_object_get(reward, "speedup_compile")));
-    if (reward)
-        e |= buf_addf(b, "reward: %lld (%s)\n", (long long)rv, str(reward, "reason"));
-    else if (json_is_true(json_object_get(r, "ok")) &&
-             !(strcmp(stage, "compile") == 0 && json_object_get(r, "compile")))
-        e |= buf_addf(b, "%s: ok\n", stage); /* compile: its line above says so */
+    if (r.has_reward && r.reward > 0)
+        e |= buf_addf(b, "speedup: %.2fx vs eager, %.2fx vs torch.compile\n", r.speedup_eager,
+                      r.speedup_compile);
+    if (r.has_reward)
+        e |= buf_addf(b, "reward: %lld (%s)\n", (long long)r.reward, r.reward_reason);
+    else if (r.ok && !(strcmp(r.stage, "compile") == 0 && r.has_compile))
+        e |= buf_addf(b, "%s: ok\n", r.stage); /* compile: its line above says so */
     return e ? CA_ETOOBIG : 0;
 }

@@ -147,7 +147,7 @@ int gpupool_new(const struct gpupool_opts *o, struct gpupool **out, struct ca_er
     snprintf(p->prewarm, sizeof(p->prewarm), "%d", o->prewarm < 0 ? 0 : o->prewarm);
     p->n = o->n;
     p->r = xcalloc(o->n, sizeof(*p->r));
-    pthread_mutex_init(&p->mu, NULL);
+    (void)pthread_mutex_init(&p->mu, NULL); /* default attributes: cannot fail on Linux */
     pthread_cond_init(&p->freed, NULL);
     for (size_t i = 0; i < p->n; i++) {
         struct runner *r = &p->r[i];

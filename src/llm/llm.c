@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -108,33 +109,60 @@ static int on_progress(void *data, curl_off_t dltotal, curl_off_t dlnow, curl_of
     return 0;
 }
 
+/* A curl_easy_setopt result: an option this libcurl refuses (too old for it, or built without
+ * the feature) fails the request rather than sending it without that setting. */
+static int setopt_ok(CURLcode rc, const char *option, struct ca_err *err)
+{
+    if (rc == CURLE_OK)
+        return 0;
+    return err_setf(err, CA_EUNAVAIL, "libcurl refused %s: %s", option, curl_easy_strerror(rc));
+}
+#define SETOPT(k, opt, val, err) setopt_ok(curl_easy_setopt(k, opt, val), #opt, err)
+
+/* The options that are the same for every request, set once on the client's handle (they
+ * persist across curl_easy_perform). */
+static int curl_setup(struct llm_client *c, struct ca_err *err)
+{
+    CURL *k = c->curl;
+    int rc;
+    /* Only HTTP(S), and no redirects (CURLOPT_FOLLOWLOCATION stays off): a model server URL
+     * must never make the client read a file:// or talk another protocol. */
+    if ((rc = SETOPT(k, CURLOPT_PROTOCOLS_STR, "http,https", err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_POST, 1L, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_HTTPHEADER, c->headers, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_WRITEFUNCTION, on_write, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_NOSIGNAL, 1L, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_NOPROGRESS, 0L, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_XFERINFOFUNCTION, on_progress, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_ERRORBUFFER, c->curl_err, err)) < 0)
+        return rc;
+    /* Compressed replies are a saving, not a need: a libcurl built without zlib answers
+     * CURLE_NOT_BUILT_IN, and the replies then come uncompressed. */
+    (void)curl_easy_setopt(k, CURLOPT_ACCEPT_ENCODING, "");
+    return 0;
+}
+
 static int curl_post(void *data, struct llm_http *h, struct ca_err *err)
 {
     struct llm_client *c = data;
     CURL *k = c->curl;
     struct write_ctx w = {.c = c, .b = h->resp, .last_us = ca_now_us()};
-    curl_easy_setopt(k, CURLOPT_URL, h->url);
-    curl_easy_setopt(k, CURLOPT_POST, 1L);
-    curl_easy_setopt(k, CURLOPT_POSTFIELDS, h->body);
-    curl_easy_setopt(k, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)h->len);
-    curl_easy_setopt(k, CURLOPT_HTTPHEADER, c->headers);
-    curl_easy_setopt(k, CURLOPT_WRITEFUNCTION, on_write);
-    curl_easy_setopt(k, CURLOPT_WRITEDATA, &w);
-    curl_easy_setopt(k, CURLOPT_TIMEOUT_MS, (long)h->timeout_ms);
-    curl_easy_setopt(
-        k, CURLOPT_CONNECTTIMEOUT_MS,
-        (long)(c->o.connect_timeout_ms < h->timeout_ms ? c->o.connect_timeout_ms : h->timeout_ms));
-    curl_easy_setopt(k, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(k, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(k, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(k, CURLOPT_XFERINFODATA, &w);
-    curl_easy_setopt(k, CURLOPT_ACCEPT_ENCODING, "");
-    curl_easy_setopt(k, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(k, CURLOPT_ERRORBUFFER, c->curl_err);
+    long connect_ms =
+        (long)(c->o.connect_timeout_ms < h->timeout_ms ? c->o.connect_timeout_ms : h->timeout_ms);
+    int rc;
+    if ((rc = SETOPT(k, CURLOPT_URL, h->url, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_POSTFIELDS, h->body, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)h->len, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_WRITEDATA, &w, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_TIMEOUT_MS, (long)h->timeout_ms, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_CONNECTTIMEOUT_MS, connect_ms, err)) < 0 ||
+        (rc = SETOPT(k, CURLOPT_XFERINFODATA, &w, err)) < 0)
+        return rc;
     c->curl_err[0] = '\0';
     CURLcode cc = curl_easy_perform(k);
     long status = 0;
-    curl_easy_getinfo(k, CURLINFO_RESPONSE_CODE, &status);
+    /* Deliberately unchecked: it fails only when no response came, and status stays 0. */
+    (void)curl_easy_getinfo(k, CURLINFO_RESPONSE_CODE, &status);
     h->status = status;
     curl_off_t ra = -1;
     h->retry_after_ms = -1;
@@ -160,6 +188,18 @@ static int curl_post(void *data, struct llm_http *h, struct ca_err *err)
 }
 
 /* ---- client ---- */
+
+/* curl_slist_append fails only when out of memory (it returns NULL and leaves the list as it
+ * was): like xmalloc, that aborts rather than send a request without the header. */
+static void header_add(struct llm_client *c, const char *header)
+{
+    struct curl_slist *l = curl_slist_append(c->headers, header);
+    if (!l) {
+        fputs("cuda-agent: out of memory (an HTTP header)\n", stderr);
+        abort();
+    }
+    c->headers = l;
+}
 
 int llm_client_new(const struct llm_opts *o, struct llm_client **out, struct ca_err *err)
 {
@@ -210,18 +250,23 @@ int llm_client_new(const struct llm_opts *o, struct llm_client **out, struct ca_
         llm_client_free(c);
         return err_setf(err, CA_EUNAVAIL, "libcurl cannot create a handle");
     }
-    c->headers = curl_slist_append(NULL, "Content-Type: application/json");
-    c->headers = curl_slist_append(c->headers, "Accept: application/json");
-    c->headers = curl_slist_append(c->headers, "Expect:");
+    header_add(c, "Content-Type: application/json");
+    header_add(c, "Accept: application/json");
+    header_add(c, "Expect:");
     if (c->api_key) {
         char *h = xstrfmt("Authorization: Bearer %s", c->api_key);
-        c->headers = curl_slist_append(c->headers, h);
+        header_add(c, h);
         explicit_bzero(h, strlen(h));
         free(h);
     }
     char *ua = xstrfmt("User-Agent: cuda-agent/%s", CA_VERSION);
-    c->headers = curl_slist_append(c->headers, ua);
+    header_add(c, ua);
     free(ua);
+    int rc = curl_setup(c, err);
+    if (rc < 0) {
+        llm_client_free(c);
+        return rc;
+    }
     c->transport = (struct llm_transport){c, curl_post};
     buf_init(&c->req, CA_LIMIT_MODEL_REQUEST);
     buf_init(&c->resp, c->o.max_reply);

@@ -22,6 +22,7 @@
 #include "core/fs.h"
 #include "core/limits.h"
 #include "core/log.h"
+#include "core/sv.h"
 #include "core/banned.h"
 
 #define CMD_FILE "cmd.sh"
@@ -435,7 +436,17 @@ int shells_run(struct shells *sh, const char *cmd, int64_t timeout_ms, size_t ou
                     continue;
                 }
                 emit(&cap, data, (size_t)(hit - data));
-                r->exit_code = (int)strtol(code, NULL, 10);
+                /* The marker's nonce is unknown to the command, so what follows it is the
+                 * shell's own printf of $? (0-255); anything else is reported, as -1. */
+                int64_t status;
+                struct ca_err perr = {0};
+                if (sv_parse_range(sv_from(code, (size_t)(end - code)), 0, 255, &status,
+                                   "the shell's exit status", &perr) == 0) {
+                    r->exit_code = (int)status;
+                } else {
+                    LOG_WARN("%s", perr.msg);
+                    r->exit_code = -1;
+                }
                 done = true;
                 break;
             }

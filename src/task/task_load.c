@@ -736,7 +736,7 @@ int task_import_parquet(const char *parquet, const char *out_path, struct task_s
         rc = task_set_write_jsonl(&tmpset, out_path, err);
     if (!rc)
         task__set_merge(set, &tmpset);
-    unlink(tmp);
+    (void)unlink(tmp); /* a leftover temporary file is no failure of the import */
     free(tmp);
     task_set_release(&tmpset);
     return rc;

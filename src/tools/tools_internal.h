@@ -113,7 +113,7 @@ void tools__read_set_put(struct tool_ctx *ctx, const char *key, struct hash128 h
 /* The hash key was read with, or NULL. */
 const struct hash128 *tools__read_set_get(const struct tool_ctx *ctx, const char *key);
 
-/* ---- paths ---- */
+/* ---- paths (tool_path.c) ---- */
 
 struct tools__path {
     char rel[CA_LIMIT_PATH + 1];    /* normalised, relative to the root; "" is the root */
@@ -138,6 +138,13 @@ int tools__path_arg(const char *tool, const json_t *args, const char *key, bool 
  */
 int tools__resolve(struct tool_ctx *ctx, const char *tool, struct tools__path *p,
                    struct tool_result *res);
+/*
+ * Normalise s (len bytes, already free of "/workspace") into out (CA_LIMIT_PATH + 1 bytes): no
+ * "." or empty components. Returns 0, CA_EESCAPE for "..", CA_ETOOBIG past the depth limit.
+ */
+int tools__normalise(const char *s, size_t len, char *out);
+/* The identity of rel beneath the root (symlinks inside followed). */
+struct tools__file_id tools__file_id(const struct tool_ctx *ctx, const char *rel);
 /* Whether rel (normalised) is, or lies inside, a read-only path. */
 bool tools__read_only(const struct tool_ctx *ctx, const char *rel);
 /* Refuse writing p if read-only (by name or resolved key): fills res, returns CA_EESCAPE. */
@@ -179,6 +186,10 @@ bool tools__utf8_valid(const char *p, size_t n, size_t *bad_offset);
 bool tools__is_binary(const char *p, size_t n);
 /* Bytes of the longest prefix of p[0..n) ending on a UTF-8 boundary, at most max. */
 size_t tools__utf8_cut(const char *p, size_t n, size_t max);
+/* Up to 200 bytes of s for a message, cut on a character boundary: "%.*s%s" takes these. */
+#define TOOLS__SHOW_MAX 200
+#define TOOLS__SHOW(s, n)                                                                          \
+    (int)tools__utf8_cut((s), (n), TOOLS__SHOW_MAX), (s), ((n) > TOOLS__SHOW_MAX ? "..." : "")
 /* Lines in [p, p+n): newlines, plus one for a last line without one. */
 size_t tools__count_lines(const char *p, size_t n);
 

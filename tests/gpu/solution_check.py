@@ -151,6 +151,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("solution", type=pathlib.Path)
     parser.add_argument("--shapes", default="[]", help="JSON list of constant overrides")
+    parser.add_argument("--build-dir", type=pathlib.Path,
+                        help="build the extension here and keep it (default: a temporary "
+                        "directory); ninja rebuilds nothing when the sources are unchanged")
     args = parser.parse_args()
 
     solution = args.solution.resolve()
@@ -159,7 +162,8 @@ def main():
         print(f"no task {task_path} for solution {solution}", file=sys.stderr)
         return 1
 
-    with tempfile.TemporaryDirectory(prefix="cuda_agent_solution_") as build_dir:
+    with tempfile.TemporaryDirectory(prefix="cuda_agent_solution_") as tmp:
+        build_dir = str(args.build_dir) if args.build_dir else tmp
         ext = build(solution, build_dir)
         print(f"{solution.name}: built; registered {ext._registered()}")
         task = import_file("task_model", task_path)

@@ -121,8 +121,10 @@ def _evaluate(case: adv.Case, sock: pathlib.Path, root: pathlib.Path) -> dict:
 @pytest.fixture(scope="module")
 def results(service, tmp_path_factory, request) -> dict[str, dict]:
     """{case name: {"report", "error", "seconds"}}: the selected cases, evaluated up front."""
+    # This module's items only: other modules' `case` parameters are other things (strings).
     selected = {item.callspec.params["case"].name for item in request.session.items
-                if hasattr(item, "callspec") and "case" in item.callspec.params}
+                if getattr(item, "module", None) is request.module
+                and hasattr(item, "callspec") and "case" in item.callspec.params}
     # KernelBench files first: nvcc over the torch headers is the longest compile.
     cases = sorted((c for c in CASES if c.name in selected), key=lambda c: c.kernelbench is None)
     root = tmp_path_factory.mktemp("adv-ws")

@@ -71,11 +71,11 @@ def build_one(solution: pathlib.Path, build_dir: pathlib.Path) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict[str, pathlib.Path]:
-    """{solution name: path of its cuda_extension .so}, built in parallel."""
-    root = tmp_path_factory.mktemp("ext")
+def built(extension_dir) -> dict[str, pathlib.Path]:
+    """{solution name: path of its cuda_extension .so}, built in parallel (in the session's
+    build directories, tests/gpu/conftest.py: test_solutions.py builds the same)."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(SOLUTIONS)) as pool:
-        futures = {s.name: pool.submit(build_one, s, root / s.name) for s in SOLUTIONS}
+        futures = {s.name: pool.submit(build_one, s, extension_dir(s.name)) for s in SOLUTIONS}
         return {name: f.result() for name, f in futures.items()}
 
 
@@ -127,6 +127,7 @@ def check_stats(stats: dict, method: str) -> None:
     assert stats["min_ms"] <= stats["median_ms"] <= stats["p90_ms"], stats
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("solution", [s.name for s in SOLUTIONS])
 def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
     first = evaluate(tmp_path, solution, built[solution],
@@ -152,7 +153,8 @@ def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
         assert 0 < t[subject]["sync_overhead_ms"] < t[subject]["median_ms"]
         # Nothing runs outside the current stream: the probe's gap matches the call's.
         assert t[subject]["basis"] == "stream", (subject, t[subject])
-    assert "error" in t["compile"] or t["compile"]["n"] >= 10, first
+    # On CUDA the torch.compile baseline must run (the reward's second threshold rests on it).
+    assert "error" not in t["compile"] and t["compile"]["n"] >= 10, first
     assert t["speedup_vs_eager"] > 0
     assert t["sol"]["flagged"] is False, first
     # No matrix product, convolution or attention in these tasks: 0 FLOPs counted, the bytes
@@ -273,6 +275,7 @@ def test_fp16_input_passes_in_tf32_mode(tmp_path, built):
     assert run.result["verification"]["precision_observed"] == "reduced"
 
 
+@pytest.mark.timing
 def test_side_stream_work_is_counted(tmp_path, built):
     """A forward that leaves its kernel running on another stream is not timed as free."""
     plain = evaluate(tmp_path, SWISH, built[SWISH], args=["--no-compile"])
@@ -339,6 +342,7 @@ def test_cpu_extension_refused_for_cuda_run(tmp_path, built):
     assert "CUDA tensor" in run.failure["message"], run
 
 
+@pytest.mark.timing
 def test_timing_repeatability(tmp_path, built):
     """Two runs of the same kernel agree on the median within 10%."""
     medians = []

@@ -36,8 +36,8 @@ def test_examples_exist():
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_example_earns_a_reward(tmp_path, path):
-    rc, report = evaluate(path, tmp_path / "cache")
+def test_example_earns_a_reward(gpu_cache, path):
+    rc, report = evaluate(path, gpu_cache)
     detail = json.dumps({k: report.get(k) for k in ("stage", "message", "reward", "stage_ms")},
                         indent=1)
     assert rc == 0 and report["ok"], detail
@@ -48,23 +48,23 @@ def test_example_earns_a_reward(tmp_path, path):
     roles = {u["name"]: u["role"] for u in report["compile"]["units"]}
     assert roles["kernels/kb_%s.cu" % kb["name"]] == "cu-torch", roles
     assert roles["kernels/kb_%s_binding.cpp" % kb["name"]] == "binding", roles
-    print("%s: cold %.1f s (compile %.1f s), reward %d" % (
+    print("%s: first %.1f s (compile %.1f s), reward %d" % (
         path.stem, report["elapsed_ms"] / 1e3, report["stage_ms"]["compile"] / 1e3,
         report["reward"]["reward"]))
 
     # Nothing changed: every object and the module come from the cache.
-    rc, again = evaluate(path, tmp_path / "cache", "--verify-only")
+    rc, again = evaluate(path, gpu_cache, "--verify-only")
     assert rc == 0 and again["ok"], again.get("message")
     assert all(u["cached"] for u in again["compile"]["units"]), again["compile"]["units"]
     assert again["compile"]["link"]["cached"]
 
 
-def test_wrong_kernel_fails_verification(tmp_path):
+def test_wrong_kernel_fails_verification(tmp_path, gpu_cache):
     path = ROOT / "examples" / "kernelbench" / "swish_scale_bias.py"
     bad = tmp_path / "swish_scale_bias.py"
     text = path.read_text()
     assert "* scale + b;" in text
     bad.write_text(text.replace("* scale + b;", "* scale + b + 1.0f;"))
-    rc, report = evaluate(bad, tmp_path / "cache", "--verify-only")
+    rc, report = evaluate(bad, gpu_cache, "--verify-only")
     assert rc == 1 and not report["ok"]
     assert report["stage"] == "verify", report.get("message")

@@ -31,8 +31,9 @@ CASES = [("name_collisions", "cuda-agent"), ("name_collisions", "kernelbench"),
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("legit-cache")
+def cache(gpu_cache):
+    """The session's compile cache (tests/gpu/conftest.py): the kernels are content-addressed."""
+    return gpu_cache
 
 
 @pytest.mark.parametrize("name,rules", CASES, ids=[f"{n}-{r}" for n, r in CASES])

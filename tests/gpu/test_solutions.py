@@ -63,9 +63,10 @@ def test_solutions_exist():
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.name for p in SOLUTIONS])
-def test_solution_matches_model(solution):
+def test_solution_matches_model(extension_dir, solution):
     cmd = [sys.executable, str(CHECK), str(solution),
-           "--shapes", json.dumps(SHAPES.get(solution.name, []))]
+           "--shapes", json.dumps(SHAPES.get(solution.name, [])),
+           "--build-dir", str(extension_dir(solution.name))]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
                           env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     assert proc.returncode == 0, (

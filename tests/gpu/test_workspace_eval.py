@@ -20,12 +20,12 @@ if missing():
     pytest.skip(missing(), allow_module_level=True)
 
 
-def test_a_binding_that_raises_a_cuda_error_fails_as_cuda_error(tmp_path):
+def test_a_binding_that_raises_a_cuda_error_fails_as_cuda_error(tmp_path, gpu_cache):
     src = (SOLUTIONS / "swish_scale_bias" / "model_new.py").read_text()
     assert "self.kernel_config = 0" in src, "the swish_scale_bias solution changed"
     ws = workspace(tmp_path, "swish_scale_bias",
                    src.replace("self.kernel_config = 0", "self.kernel_config = 99"))
-    rc, report = evaluate([ws], tmp_path / "cache")
+    rc, report = evaluate([ws], gpu_cache)
     failure = report["harness"]["failure"]
     assert rc == 1 and report["stage"] == "verify", report.get("message")
     assert failure["kind"] == "cuda_error", failure

@@ -46,7 +46,7 @@ assert all(r["id"] and r["code"] and isinstance(r["ops"],list) for r in rows), r
 assert "import has one row per task ($n)" [ "$n" -gt 7 ]
 first_bad=$(ls "$D"/bad_jsonl/*.jsonl | head -1)
 run "$CA" data import -o "$PWD/fail.jsonl" "$D/ops_small.jsonl" "$first_bad"
-expect "import with a bad source fails" 3
+expect "import with a bad source fails, naming the file and line" 3 "" "$first_bad:1: "
 assert "failed import leaves no output" [ ! -e "$PWD/fail.jsonl" ]
 assert "failed import leaves no temporary" bash -c "! ls '$PWD'/.fail.jsonl* '$PWD'/fail.jsonl.* 2>/dev/null | grep -q ."
 run "$CA" data import -o "$PWD/x.jsonl" "$PWD/a.parquet" "$D/ops_small.jsonl"

@@ -13,9 +13,11 @@ import io
 import json
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import time
 
@@ -688,10 +690,16 @@ def test_compile_baseline(tmp_path):
     run = evaluate(tmp_path, compile_baseline=True, timeout=900)
     assert run.rc == 0, run
     comp = run.result["timing"]["compile"]
-    # Inductor needs a C++ compiler on the CPU; without one the error is reported, not fatal.
-    assert ("error" in comp) or (comp["n"] >= 10 and comp["compile_s"] > 0), run
-    if "error" not in comp:
-        assert run.result["timing"]["speedup_vs_compile"] > 0
+    # Inductor needs a C++ compiler and the Python headers on the CPU; without them the error
+    # is reported, not fatal. With them (CI's machine) the baseline must be measured.
+    can_compile = (shutil.which("g++") or shutil.which("c++")) and os.path.exists(
+        os.path.join(sysconfig.get_paths()["include"], "Python.h"))
+    if not can_compile:
+        assert "error" in comp or comp["n"] >= 10, run
+        return
+    assert "error" not in comp, run
+    assert comp["n"] >= 10 and comp["compile_s"] > 0, run
+    assert run.result["timing"]["speedup_vs_compile"] > 0
 
 
 @pytest.mark.parametrize("mode", ["events", "kernel"])

@@ -47,7 +47,8 @@ const char *test_repo(void);
 /*
  * End the running case as skipped, with a reason the runner prints. `need`
  * names what the host lacks, one short word of a fixed vocabulary so that
- * TEST_REQUIRE can name it: "userns" (no sandbox), "nvcc", "cc", "c++",
+ * TEST_REQUIRE can name it: "userns" (no sandbox: user namespaces or a
+ * seccomp filter missing, as sandbox_supported() says), "nvcc", "cc", "c++",
  * "python3", "pyarrow", "readelf", "curl", "strace", "gdb", "setsid",
  * "openat2", "root" (needs uid 0), "pids-cgroup", "no-cuda-home"
  * (/usr/local/cuda must be absent), "repo-outside-tmp". A case that

@@ -473,9 +473,19 @@ TEST(agent_best_of_trajectory_plumbing)
     REQUIRE(fs_read_file(p, 1 << 20, &b, &err) == 0);
     CHECK_STR(b.data, "# B\n");
     free(p);
-    /* Scored or not (no PyTorch here), the final workspace has a verdict or a reason. */
+    /* Scored or not (the evaluator needs PyTorch), the final workspace has a verdict or a
+     * reason: the template's model_new.py is no solution, so a verdict is -1 at a named stage,
+     * and a reason names its error code. */
     const json_t *fin = json_object_get(json_object_get(res, "rewards"), "final");
-    CHECK(json_object_get(fin, "reward") || json_object_get(fin, "error"));
+    REQUIRE(json_is_object(fin));
+    if (json_object_get(fin, "error")) {
+        CHECK(json_is_string(json_object_get(fin, "error")));
+        CHECK(json_is_string(json_object_get(fin, "code")));
+    } else {
+        CHECK(json_is_false(json_object_get(fin, "ok")));
+        CHECK_EQ(json_integer_value(json_object_get(fin, "reward")), -1);
+        CHECK(json_is_string(json_object_get(fin, "stage")));
+    }
     buf_release(&b);
     json_decref(res);
     json_decref(s.requests);
