@@ -32,6 +32,7 @@ if not sys.path or os.path.abspath(sys.path[0]) != _HERE:
 import timing  # noqa: E402
 import harness_util as hu  # noqa: E402
 import arena as ar  # noqa: E402
+import quality  # noqa: E402
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
@@ -1646,6 +1647,7 @@ def measure_baselines(opts: argparse.Namespace, model: torch.nn.Module, s: Input
     path = baseline_cache_path(opts.baseline_cache, key) if opts.baseline_cache else None
     cached = read_baseline_cache(path, key) if path else {}
     want_compile = not opts.no_compile
+    hook = getattr(opts, "timing_hook", None)
     results = dict(cached)
     if "flops" not in results:  # once per task where there is a cache (before any TF32)
         results["flops"] = count_flops(model, s, device)
@@ -1657,8 +1659,9 @@ def measure_baselines(opts: argparse.Namespace, model: torch.nn.Module, s: Input
         make_inputs = timing.varied_copies(s.orig)
         if "eager" not in results:
             log("timing eager")
-            results["eager"] = timing.measure(lambda *a: model(*a), make_inputs, device,
-                                              opts.budget_ms, opts.timing)
+            results["eager"] = quality.mark(quality.measured(
+                hook, "eager", lambda: timing.measure(lambda *a: model(*a), make_inputs, device,
+                                                      opts.budget_ms, opts.timing)))
         if want_compile and "compile" not in results:
             log("compiling and timing torch.compile")
             t0 = time.monotonic()
@@ -1668,17 +1671,22 @@ def measure_baselines(opts: argparse.Namespace, model: torch.nn.Module, s: Input
                     compiled(*make_inputs())
                 sync(device)
                 compile_s = time.monotonic() - t0
-                stats = timing.measure(compiled, make_inputs, device, opts.budget_ms,
-                                       opts.timing)
+                stats = quality.mark(quality.measured(
+                    hook, "compile", lambda: timing.measure(compiled, make_inputs, device,
+                                                            opts.budget_ms, opts.timing)))
                 stats["compile_s"] = compile_s
             except Exception as exc:  # a task torch.compile cannot handle: reported, not fatal
                 stats = {"error": hu.cap(f"{type(exc).__name__}: {exc}", 2048)}
             results["compile"] = stats
     if path and (not hit or "flops" not in cached):
         os.makedirs(opts.baseline_cache, exist_ok=True)
-        entry = {"key": key, "created_unix": time.time(),
-                 **{k: results[k] for k in ("eager", "compile", "flops") if k in results}}
-        hu.write_json_atomic(path, entry)
+        # Only clean measurements are kept (issue 21): a noisy baseline would skew every
+        # later evaluation of the task; the next one measures it again.
+        keep = {k: results[k] for k in ("eager", "compile", "flops")
+                if k in results and quality.cacheable(k, results[k])}
+        if set(keep) - set(cached):
+            entry = {"key": key, "created_unix": time.time(), **keep}
+            hu.write_json_atomic(path, entry)
     return {"eager": results.get("eager"),
             "compile": results.get("compile") if want_compile else None,
             "flops": results["flops"]}, hit
@@ -1798,7 +1806,8 @@ def validate_stats(stats: Any) -> dict[str, Any] | None:
         sub = validate_stats(stats["events"])
         if sub is not None:
             out["events"] = sub
-    return out
+    out.update(quality.validate(stats))
+    return quality.mark(out)
 
 
 # ---------------------------------------------------------------------------------------
@@ -2087,6 +2096,8 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                 post_rec = None
                 cand.send("time")
                 t_time = time.monotonic()
+                cand_window = quality.Window(getattr(opts, "timing_hook", None),
+                                             "candidate").open()
                 log("timing the candidate")
                 while True:
                     try:
@@ -2101,7 +2112,10 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                     if mtype == "stage":
                         result["candidate"]["last_stage"] = str(msg.get("stage"))[:64]
                     elif mtype == "timing":
+                        cand_load = cand_window.close()
                         cand_stats = validate_stats(msg.get("stats"))
+                        if cand_stats is not None:
+                            cand_stats["host"] = cand_load
                         if post is not None and cand_stats is not None:
                             fill_inputs(arena, post, device)  # only now: unseen till timed
                             cand.send("post")
@@ -2128,6 +2142,7 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
                         break
                     elif mtype == "_protocol":
                         raise EvalError("protocol", str(msg.get("message")))
+                cand_window.close()
                 elapsed["candidate_timing"] = time.monotonic() - t_time
 
         # -- how the candidate process ended
@@ -2186,6 +2201,9 @@ def evaluate(opts: argparse.Namespace, log: Log) -> dict[str, Any]:
             "speedup_vs_compile": speedup(base["compile"]),
             "sol": sol,
         }
+        noisy = quality.noise_flag(result["timing"])
+        if noisy is not None:
+            result["flags"].append(noisy)
         if "bytes" in sol["flagged_by"]:
             result["flags"].append({
                 "kind": "speed_of_light",
