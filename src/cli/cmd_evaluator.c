@@ -95,6 +95,9 @@ int cmd_evaluator(int argc, char **argv)
          "evaluator cache (default $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent)"},
         {"no-sandbox", 0, CLI_OPT_FLAG, &o.base.no_sandbox, NULL,
          "run compilers without the sandbox (hosts without user namespaces; unsafe)"},
+        {"cpu-split", 0, CLI_OPT_STRING, &o.cpu_split, "SPEC",
+         "CPU cores for the runners' timing vs compiling: auto, off, N (cores per runner) or "
+         "TIMING/...:COMPILE lists, e.g. 15/14:0-13 (default $CUDA_AGENT_CPU_SPLIT, else auto)"},
         {0},
     };
     const struct cli_spec spec = {

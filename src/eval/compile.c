@@ -51,6 +51,7 @@
 #include "core/log.h"
 #include "core/proc.h"
 #include "eval/compile_internal.h"
+#include "eval/cpuplan.h"
 #include "sandbox/sandbox.h"
 #include "core/banned.h"
 
@@ -348,9 +349,13 @@ static void run_sandboxed(const struct ctx *c, const char *dir, char *const *arg
     compile__argv_release(&full);
 }
 
-static void run_tool(const struct ctx *c, const char *dir, const struct compile__argv *argv,
-                     const char *const *ro, const struct compile__argv *binds, struct run *r)
+static void run_tool_here(const struct ctx *c, const char *dir, const struct compile__argv *argv,
+                          const char *const *ro, const struct compile__argv *binds, struct run *r)
 {
+    /* A timed section on a GPU runner: the new compiler waits for it (bounded, cpuplan.h). */
+    int64_t waited = cpuplan_defer_compile();
+    if (waited > 0)
+        LOG_DEBUG("compile: waited %lld ms for a timed section", (long long)waited);
     buf_reset(&r->out);
     r->rc = 0;
     r->ok = r->timed_out = false;
@@ -369,6 +374,44 @@ static void run_tool(const struct ctx *c, const char *dir, const struct compile_
         run_sandboxed(c, dir, argv->v, ro, binds, r);
     else
         run_direct(c, dir, argv->v, r);
+}
+
+/* One compiler run on a thread of its own, placed for compiling (cpuplan.h). */
+struct tool_call {
+    const struct ctx *c;
+    const char *dir;
+    const struct compile__argv *argv, *binds;
+    const char *const *ro;
+    struct run *r;
+};
+
+static void *tool_call_run(void *arg)
+{
+    struct tool_call *t = arg;
+    (void)cpuplan_place_thread();
+    run_tool_here(t->c, t->dir, t->argv, t->ro, t->binds, t->r);
+    return NULL;
+}
+
+/*
+ * Every compiler starts here. It inherits its affinity and nice value from the thread that
+ * forks it: the pool's workers are placed for compiling once (cpuplan_place_thread); a thread
+ * that is not (the build's own, for the precompiled header and the link) hands the run to a
+ * short-lived placed thread, since its nice value could not be lowered again afterwards.
+ */
+static void run_tool(const struct ctx *c, const char *dir, const struct compile__argv *argv,
+                     const char *const *ro, const struct compile__argv *binds, struct run *r)
+{
+    if (cpuplan_thread_unplaced()) {
+        struct tool_call t = {c, dir, argv, binds, ro, r};
+        pthread_t th;
+        if (pthread_create(&th, NULL, tool_call_run, &t) == 0) {
+            pthread_join(th, NULL);
+            return;
+        }
+        LOG_WARN("compile: no thread for a placed compiler run; running it unplaced");
+    }
+    run_tool_here(c, dir, argv, ro, binds, r);
 }
 
 /* ---- units and jobs ---- */
@@ -491,6 +534,7 @@ struct half {
 static void *half_run(void *arg)
 {
     struct half *h = arg;
+    (void)cpuplan_place_thread();
     run_tool(h->c, h->c->build_dir, h->argv, ro_compile, h->binds, &h->run);
     return NULL;
 }
@@ -623,6 +667,9 @@ static void job_run(const struct ctx *c, struct job *j)
 static void *worker(void *arg)
 {
     struct pool *p = arg;
+    int prc = cpuplan_place_thread();
+    if (prc)
+        LOG_WARN("compile: cannot place a worker for compiling: %s", ca_strerror(prc));
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (p->qhead == p->qlen && !p->stop)

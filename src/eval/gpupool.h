@@ -34,6 +34,12 @@ struct gpupool_opts {
     size_t n;                /* runners: 1..GPUPOOL_MAX_RUNNERS */
     int prewarm;             /* candidates each runner keeps warm (worker.py --prewarm) */
     int log_fd;              /* runners' stderr; < 0: inherited */
+    /* Issue 21: per runner, the CPU list its timing runs on (CUDA_AGENT_TIMING_CPUS: the
+     * runner pins itself there), and the list where it pre-warms candidates
+     * (CUDA_AGENT_AUX_CPUS); NULL: not set. A runner reports its timed sections as lines
+     * {"timing": true|false} before its reply; they go to cpuplan_timing_mark. */
+    const char *const *timing_cpus;
+    const char *aux_cpus;
 };
 
 struct gpupool;
