@@ -82,8 +82,8 @@ int cpuplan_split(const int *cpus, const int *core, size_t ncpus, size_t nrunner
     size_t half = (ng + 1) / 2;
     if (per_runner <= 0 && per > 1 && (per * nrunners > ng || ng - per * nrunners < half))
         per = 1;
-    bool enough = per_runner > 0 ? per * nrunners < ng
-                                 : per * nrunners <= ng && ng - per * nrunners >= half;
+    bool enough =
+        per_runner > 0 ? per * nrunners < ng : per * nrunners <= ng && ng - per * nrunners >= half;
     if (!enough) {
         set_all(out, &all);
         snprintf(out->why, sizeof(out->why),
@@ -178,8 +178,8 @@ json_t *cpuplan_to_json(const struct cpuplan *p)
         json_array_append_new(runners, json_string(buf));
     }
     cpuplan_format(&p->compile, buf, sizeof(buf));
-    return json_pack("{s:b, s:s, s:s, s:o}", "isolated", p->isolated, "why", p->why, "compile",
-                     buf, "runners", runners);
+    return json_pack("{s:b, s:s, s:s, s:o}", "isolated", p->isolated, "why", p->why, "compile", buf,
+                     "runners", runners);
 }
 
 /* ---- this host ---- */
@@ -212,8 +212,9 @@ static int explicit_split(const char *spec, const cpu_set_t *allowed, size_t nru
         if (slash)
             *slash = '\0';
         if (n >= nrunners) {
-            rc = err_setf(err, CA_EUSAGE, "CPU split '%s': more timing lists than the %zu runner(s)",
-                          spec, nrunners);
+            rc =
+                err_setf(err, CA_EUSAGE, "CPU split '%s': more timing lists than the %zu runner(s)",
+                         spec, nrunners);
             break;
         }
         rc = cpuplan_parse_list(s, &out->runner[n], err);
@@ -226,8 +227,8 @@ static int explicit_split(const char *spec, const cpu_set_t *allowed, size_t nru
         cpu_set_t x;
         CPU_AND(&x, &out->runner[i], &out->compile);
         if (CPU_COUNT(&x))
-            rc = err_setf(err, CA_EUSAGE, "CPU split '%s': runner %zu's cores are also compile cores",
-                          spec, i);
+            rc = err_setf(err, CA_EUSAGE,
+                          "CPU split '%s': runner %zu's cores are also compile cores", spec, i);
         for (size_t j = 0; rc == 0 && j < i; j++) {
             CPU_AND(&x, &out->runner[i], &out->runner[j]);
             if (CPU_COUNT(&x))

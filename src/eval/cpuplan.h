@@ -43,10 +43,10 @@
 
 struct cpuplan {
     size_t nrunners;
-    bool isolated;                          /* false: every process may use every CPU */
-    cpu_set_t runner[CPUPLAN_MAX_RUNNERS];  /* each runner's timing cores */
-    cpu_set_t compile;                      /* compile pool, pre-warming, the evaluator */
-    char why[192];                          /* how the split was chosen (for logs, status) */
+    bool isolated;                         /* false: every process may use every CPU */
+    cpu_set_t runner[CPUPLAN_MAX_RUNNERS]; /* each runner's timing cores */
+    cpu_set_t compile;                     /* compile pool, pre-warming, the evaluator */
+    char why[192];                         /* how the split was chosen (for logs, status) */
 };
 
 /*

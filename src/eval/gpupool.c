@@ -116,8 +116,8 @@ static void runner_stop(struct runner *r)
 
 static int runner_start(struct gpupool *p, struct runner *r, struct ca_err *err)
 {
-    const char *argv[] = {p->o.python, "-B",        p->worker_py, "--device", p->o.device,
-                          "--prewarm", p->prewarm,   "--timing-signals", NULL};
+    const char *argv[] = {p->o.python, "-B",       p->worker_py,       "--device", p->o.device,
+                          "--prewarm", p->prewarm, "--timing-signals", NULL};
     struct proc_opts po = {.argv = argv, .env = (const char *const *)r->env};
     int rc = proc_spawn(&po, p->o.log_fd, &r->child, err);
     if (rc)

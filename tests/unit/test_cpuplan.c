@@ -185,9 +185,9 @@ static void *placed_thread(void *arg)
     if (f)
         fclose(f);
     /* A child it starts: what every compiler of the pool inherits. */
-    const char *argv[] = {"sh", "-c",
-                          "grep Cpus_allowed_list /proc/self/status; cut -d' ' -f19 /proc/self/stat",
-                          NULL};
+    const char *argv[] = {
+        "sh", "-c", "grep Cpus_allowed_list /proc/self/status; cut -d' ' -f19 /proc/self/stat",
+        NULL};
     struct proc_opts po = {.argv = argv, .timeout_ms = 10000};
     struct proc_result r;
     proc_result_init(&r);
@@ -238,7 +238,7 @@ TEST(compiler_runs_wait_for_an_open_timing_window_bounded)
     cpuplan_compile_config(NULL, 0, 300);
     CHECK_EQ(cpuplan_defer_compile(), 0); /* nothing open */
     cpuplan_timing_mark(0, true);
-    cpuplan_timing_mark(0, true); /* idempotent */
+    cpuplan_timing_mark(0, true);                   /* idempotent */
     cpuplan_timing_mark(CPUPLAN_MAX_RUNNERS, true); /* out of range: ignored */
     CHECK_EQ(cpuplan_timing_open(), 1);
     int64_t t0 = ca_now_us();
