@@ -102,11 +102,12 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def move_tree(pid: int, cpus: set[int] | None) -> int:
-    """Every thread of pid and of its descendants onto cpus; the number of threads moved."""
+def move_tree(pid: int, cpus: set[int] | None) -> tuple[int, int]:
+    """Every thread of pid and of its descendants onto cpus; (threads moved, threads that
+    refused: another user's without CAP_SYS_NICE here)."""
     if not cpus:
-        return 0
-    moved = 0
+        return 0, 0
+    moved = refused = 0
     for p in descendants(pid):
         try:
             tids = os.listdir(f"/proc/{p}/task")
@@ -116,9 +117,11 @@ def move_tree(pid: int, cpus: set[int] | None) -> int:
             try:
                 os.sched_setaffinity(int(tid), cpus)
                 moved += 1
+            except PermissionError:
+                refused += 1
             except (OSError, ValueError):
-                pass
-    return moved
+                pass  # gone meanwhile
+    return moved, refused
 
 
 def allowed_list(pid: int | str = "self") -> str | None:

@@ -75,7 +75,12 @@ class PlacedPool(evaluate.CandidatePool):
     def take(self, python: str, device: str, wait_s: float):
         c = super().take(python, device, wait_s)
         if c is not None and _TIMING_CPUS:
-            cpus.move_tree(c.proc.pid, _TIMING_CPUS)
+            moved, refused = cpus.move_tree(c.proc.pid, _TIMING_CPUS)
+            if refused or not moved:
+                # E.g. a sandbox that runs the candidate as another user, without
+                # CAP_SYS_NICE here: those threads time on the aux cores. Said, never fatal.
+                print(f"worker: candidate {c.proc.pid}: {refused} thread(s) refused the move "
+                      f"onto the timing cores ({moved} moved)", file=sys.stderr, flush=True)
         return c
 
 

@@ -419,7 +419,23 @@ static int finish(json_t *report, const char *stage, bool compiled, bool correct
         r.reason = "the workspace could not be evaluated";
     else if (strcmp(stage, "extract") == 0)
         r.reason = "the KernelBench file's load_inline sources could not be read";
-    json_object_set_new(report, "reward", reward_to_json(&r));
+    json_t *rj = reward_to_json(&r);
+    /* Issue 21: a reward that rests on a noisy measurement says so (the harness's flag). */
+    bool noisy = false;
+    size_t i;
+    json_t *flag;
+    json_array_foreach(json_object_get(h, "flags"), i, flag)
+    {
+        const char *kind = json_string_value(json_object_get(flag, "kind"));
+        if (correct && kind && strcmp(kind, "noisy_timing") == 0) {
+            noisy = true;
+            json_t *risk = json_object_get(flag, "decision_at_risk");
+            json_object_set_new(rj, "decision_at_risk",
+                                json_is_array(risk) ? json_deep_copy(risk) : json_array());
+        }
+    }
+    json_object_set_new(rj, "timing_noisy", json_boolean(noisy));
+    json_object_set_new(report, "reward", rj);
     json_object_set_new(report, "ok", json_boolean(correct));
     return 0;
 }

@@ -87,6 +87,14 @@ assert "status names the CPU split and /proc agrees ($(head -1 "$PWD/cpus.txt"))
 run "$CA" eval --server "$SOCK" --json "$PWD/good"
 expect "correct candidate through the service" 0 '"stage": "done"'
 assert "its candidate was pre-warmed" [ "$(field harness.candidate.prewarmed)" = True ]
+assert "the reward says whether it rests on a noisy timing (as the harness's flags do)" "$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+flagged = any(f["kind"] == "noisy_timing" for f in r["harness"]["flags"])
+assert r["reward"]["timing_noisy"] is flagged, r["reward"]
+c = r["harness"]["timing"]["candidate"]
+assert c["noisy"] == bool(c["noise"]) and 1 <= len(c["attempts"]) <= 3, c
+assert c["host"]["own_cpus"], c' "$OUT"
 run "$CA" eval --server "$SOCK" --json "$PWD/good"
 expect "again" 0
 assert "everything came from the cache" [ "$(field compile.link.cached)" = True ]
