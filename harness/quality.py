@@ -241,8 +241,13 @@ def noise_flag(block: dict[str, Any],
             _num(cand.get("p75_ms")) or cand["median_ms"]
         if hi_c > 0 and lo_c > 0 and lo_b / hi_c <= threshold <= hi_b / lo_c:
             at_risk.append(name)
-    what = ", ".join(f"{k} ({'/'.join(v)})" for k, v in subjects.items())
-    message = f"timing noisy after {timing.MAX_ATTEMPTS} attempts: {what}"
+    def tries(name: str) -> int:
+        a = (block.get(name) or {}).get("attempts")
+        return len(a) if isinstance(a, list) and a else 1
+
+    what = ", ".join(f"{k} ({'/'.join(v)}; {tries(k)} attempt{'s' if tries(k) > 1 else ''})"
+                     for k, v in subjects.items())
+    message = f"timing noisy: {what}"
     if at_risk:
         message += ("; the reward's " + " and ".join(at_risk) + " decision is within the noise "
                     "(repeat the evaluation on a quieter host)")

@@ -129,6 +129,9 @@ NOISY_IQR_REL = 0.02
 NOISY_CV = 0.10
 NOISY_RUNQ_FRACTION = 0.02
 MAX_ATTEMPTS = 3
+# CPU mode (wall-clock time, to test the harness): one attempt. The shared CPU's noise is what
+# it measures, and repeating would only make every test slower; quality is still reported.
+CPU_MAX_ATTEMPTS = 1
 _open = open
 
 
@@ -238,7 +241,7 @@ def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
             device: torch.device | str, budget_ms: float = DEFAULT_BUDGET_MS,
             timing: str = "events", *, min_reps: int = MIN_REPS, max_reps: int = MAX_REPS,
             min_warmup: int = MIN_WARMUP, warmup_fraction: float = WARMUP_FRACTION,
-            max_attempts: int = MAX_ATTEMPTS) -> dict[str, Any]:
+            max_attempts: int | None = None) -> dict[str, Any]:
     """Times fn(*make_inputs()) as described in the module docstring.
 
     Returns summarize()'s fields for the primary method plus: method ("events" on CUDA,
@@ -250,7 +253,8 @@ def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
     - quality: sched ({"runq_wait_ms", "runq_wait_fraction", "preempted", "wall_ms"} of the
       attempt kept; null fields where /proc cannot say), noise (noise_reasons of it), noisy,
       attempt (its index), attempts ([{"median_ms", "cv", "iqr_rel", "n", "warmup_n",
-      "runq_wait_fraction", "noise"}] of every attempt, in order).
+      "runq_wait_fraction", "noise"}] of every attempt, in order). max_attempts: None is
+      MAX_ATTEMPTS on CUDA, CPU_MAX_ATTEMPTS on the CPU.
     """
     device = resolve_device(device)
     if timing not in ("events", "kernel"):
@@ -274,6 +278,8 @@ def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
                     result["note"] = "kernel timing needs CUDA; wall-clock time reported"
         return result
 
+    if max_attempts is None:
+        max_attempts = MAX_ATTEMPTS if is_cuda else CPU_MAX_ATTEMPTS
     result = repeat_while_noisy(attempt, max_attempts)
     result["budget_ms"] = budget_ms
     return result
