@@ -1156,7 +1156,8 @@ TEST(compilers_run_on_the_compile_cores_niced)
                            log, real);
     write_text(wrapper, script);
     REQUIRE(chmod(wrapper, 0755) == 0);
-    char *path = xstrfmt("%s:%s", bin, getenv("PATH"));
+    char *saved_path = xstrdup(getenv("PATH"));
+    char *path = xstrfmt("%s:%s", bin, saved_path);
     setenv("PATH", path, 1);
 
     struct tbuild t;
@@ -1182,6 +1183,9 @@ TEST(compilers_run_on_the_compile_cores_niced)
     cpu_set_t after;
     REQUIRE(sched_getaffinity(0, sizeof(after), &after) == 0);
     CHECK(CPU_EQUAL(&after, &all));
+    cpuplan_compile_config(NULL, 0, 0);
+    setenv("PATH", saved_path, 1);
+    free(saved_path);
     free(seen);
     free(want);
     free(path);
