@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+import quality
 import timing
 import harness_util as hu
 from evalbase import Log, clone_arg, nbytes, set_precision, sync
@@ -80,7 +81,14 @@ def device_info(device: torch.device) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(device)
         info.update(name=props.name, capability=f"{props.major}.{props.minor}",
                     l2_bytes=timing.l2_cache_bytes(device),
-                    memory_bytes=int(props.total_memory))
+                    memory_bytes=int(props.total_memory), sms=int(props.multi_processor_count))
+        # What SKILL.md tells the agent to read from ./verify and ./profile: the device the
+        # evaluator runs on and its ceilings (None for a part the tables do not know).
+        bw = next((v for k, v in PEAK_BANDWIDTH if k in props.name), None)
+        flops = next((v for k, v in PEAK_FLOPS if k in props.name), None)
+        info.update(peak_bandwidth_bytes_per_s=bw,
+                    peak_fp32_flops=flops["fp32"] if flops else None,
+                    peak_tf32_flops=flops["tf32"] if flops else None)
     else:
         info.update(name=f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)")
     return info
@@ -116,6 +124,7 @@ def measure_baselines(opts: argparse.Namespace, model: torch.nn.Module, s: Input
     path = baseline_cache_path(opts.baseline_cache, key) if opts.baseline_cache else None
     cached = read_baseline_cache(path, key) if path else {}
     want_compile = not opts.no_compile
+    hook = getattr(opts, "timing_hook", None)
     results = dict(cached)
     if "flops" not in results:  # once per task where there is a cache (before any TF32)
         results["flops"] = count_flops(model, s, device)
@@ -127,8 +136,9 @@ def measure_baselines(opts: argparse.Namespace, model: torch.nn.Module, s: Input
         make_inputs = timing.varied_copies(s.orig)
         if "eager" not in results:
             log("timing eager")
-            results["eager"] = timing.measure(lambda *a: model(*a), make_inputs, device,
-                                              opts.budget_ms, opts.timing)
+            results["eager"] = quality.mark(quality.measured(
+                hook, "eager", lambda: timing.measure(lambda *a: model(*a), make_inputs, device,
+                                                      opts.budget_ms, opts.timing)))
         if want_compile and "compile" not in results:
             log("compiling and timing torch.compile")
             t0 = time.monotonic()
@@ -138,17 +148,22 @@ def measure_baselines(opts: argparse.Namespace, model: torch.nn.Module, s: Input
                     compiled(*make_inputs())
                 sync(device)
                 compile_s = time.monotonic() - t0
-                stats = timing.measure(compiled, make_inputs, device, opts.budget_ms,
-                                       opts.timing)
+                stats = quality.mark(quality.measured(
+                    hook, "compile", lambda: timing.measure(compiled, make_inputs, device,
+                                                            opts.budget_ms, opts.timing)))
                 stats["compile_s"] = compile_s
             except Exception as exc:  # a task torch.compile cannot handle: reported, not fatal
                 stats = {"error": hu.cap(f"{type(exc).__name__}: {exc}", 2048)}
             results["compile"] = stats
     if path and (not hit or "flops" not in cached):
         os.makedirs(opts.baseline_cache, exist_ok=True)
-        entry = {"key": key, "created_unix": time.time(),
-                 **{k: results[k] for k in ("eager", "compile", "flops") if k in results}}
-        hu.write_json_atomic(path, entry)
+        # Only clean measurements are kept (issue 21): a noisy baseline would skew every
+        # later evaluation of the task; the next one measures it again.
+        keep = {k: results[k] for k in ("eager", "compile", "flops")
+                if k in results and quality.cacheable(k, results[k])}
+        if set(keep) - set(cached):
+            entry = {"key": key, "created_unix": time.time(), **keep}
+            hu.write_json_atomic(path, entry)
     return {"eager": results.get("eager"),
             "compile": results.get("compile") if want_compile else None,
             "flops": results["flops"]}, hit
@@ -268,4 +283,5 @@ def validate_stats(stats: Any) -> dict[str, Any] | None:
         sub = validate_stats(stats["events"])
         if sub is not None:
             out["events"] = sub
-    return out
+    out.update(quality.validate(stats))
+    return quality.mark(out)

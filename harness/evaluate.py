@@ -34,6 +34,7 @@ import harness_util as hu  # noqa: E402
 import arena as ar  # noqa: E402
 import candidate_proc as cp  # noqa: E402
 import memplan  # noqa: E402
+import quality  # noqa: E402
 from evalbase import (  # noqa: E402,F401
     is_oom, EvalError, Log, secret_seed, task_call, as_list, set_precision, nbytes)
 from job import (  # noqa: E402,F401
@@ -301,6 +302,7 @@ class Session:
         self.prepare: Callable[[InputSet], None] = lambda s: None
         self.streamed: set[int] = set()  # indices of the sets drawn a group at a time
         self.cand_stats: dict[str, Any] | None = None
+        self.cand_window: quality.Window | None = None  # the host's load while timed
         self.candidate_failure: dict[str, Any] | None = None
         self.stage = "verify"
         self.elapsed: dict[str, float] = {}
@@ -339,7 +341,10 @@ class Session:
                                                 "sets")
                 return "verified"
             elif mtype == "timing" and phase == "timing":
+                load = self.cand_window.close() if self.cand_window is not None else None
                 self.cand_stats = validate_stats(msg.get("stats"))
+                if self.cand_stats is not None and load is not None:
+                    self.cand_stats["host"] = load
                 if self.post is not None and self.cand_stats is not None:
                     self.prepare(self.post)  # drawn now where the plan streams the sets
                     assert self.arena is not None
@@ -742,8 +747,15 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                 result["stage"] = ses.stage = "timing"
                 cand.send("time")
                 t_time = time.monotonic()
+                # The host's load while the candidate is timed (issue 21): measured here,
+                # never taken from the candidate; the window closes at its "timing" message.
+                ses.cand_window = quality.Window(getattr(opts, "timing_hook", None),
+                                                 "candidate").open()
                 log("timing the candidate")
-                ses.pump("timing")
+                try:
+                    ses.pump("timing")
+                finally:
+                    ses.cand_window.close()
                 elapsed["candidate_timing"] = time.monotonic() - t_time
 
         # -- how the candidate process ended
@@ -787,6 +799,9 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                                                  base, cached,
                                                  result["verification"].get("launches"))
         result["flags"] += flags
+        noisy = quality.noise_flag(result["timing"])
+        if noisy is not None:
+            result["flags"].append(noisy)
         result.update(ok=True, stage="done")
         return result, prefetch_next
     except EvalError as e:

@@ -43,8 +43,19 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
    every GPU activity (kernels, memcpy, memset) that starts inside each call's window, as the
    original system measured; both results are returned.
 
-Statistics are in milliseconds: median, mean, stdev (sample), cv (stdev / mean), min, p10, p90
-and n (the number of timed calls).
+Statistics are in milliseconds: median, mean, stdev (sample), cv (stdev / mean), min, p10, p25,
+p75, p90, iqr (p75 - p25), iqr_rel (iqr / median) and n (the number of timed calls).
+
+Quality (issue 21): each of the steps above is one *attempt*. Around it the timing thread's own
+scheduler counters are read (/proc/thread-self/schedstat: the time it spent runnable but
+waiting for a CPU; /proc/thread-self/status: the times it was preempted), so a measurement
+knows when the host took its CPU away. An attempt is noisy (noise_reasons) when its spread is
+over NOISY_IQR_REL or NOISY_CV, or its run-queue wait over NOISY_RUNQ_FRACTION of its wall
+time; a noisy attempt is repeated, up to MAX_ATTEMPTS in all, and the result is the first clean
+attempt, else the one with the least spread (never the fastest: the choice looks at dispersion
+only, so it cannot favour one subject). `attempts` lists each attempt's median and spread,
+`noisy` and `noise` say whether the one kept is still over a threshold and why. Eager,
+torch.compile and the candidate all go through this same loop (DESIGN section 4).
 """
 
 from __future__ import annotations
@@ -79,8 +90,8 @@ else:  # a CPU-only build of PyTorch
 # candidate is never compared with baselines measured another way). 2: the stream's time plus
 # the work outside it, not the device end's time.
 # 3: the host's latency probed with a kernel as long as the call. 4: inputs varied per call
-# (varied_copies).
-METHOD_VERSION = 4
+# (varied_copies). 5: noisy attempts repeated (MAX_ATTEMPTS), the least spread kept.
+METHOD_VERSION = 5
 DEFAULT_BUDGET_MS = 2000.0
 MIN_REPS = 10
 MAX_REPS = 600
@@ -109,6 +120,19 @@ _CALIBRATION_CYCLES = 200_000
 # and the largest relative change of a value.
 _VARY_STEP = {torch.float64: 2.0 ** -20, torch.float32: 2.0 ** -20}
 _VARY_MAX = 1.0 / 16
+# Quality (see the module docstring): an attempt is noisy when the spread of its timed calls,
+# (p75 - p25) / median, is over NOISY_IQR_REL, their CV over NOISY_CV (a CV that high means
+# outliers heavy enough to matter even though the median resists them), or the timing thread
+# waited for a CPU more than NOISY_RUNQ_FRACTION of the attempt's wall time. Idle H200 runs
+# show CVs of 0.2-0.5% and run-queue waits of ~0; under compile load 10-40% (issue 21).
+NOISY_IQR_REL = 0.02
+NOISY_CV = 0.10
+NOISY_RUNQ_FRACTION = 0.02
+MAX_ATTEMPTS = 3
+# CPU mode (wall-clock time, to test the harness): one attempt. The shared CPU's noise is what
+# it measures, and repeating would only make every test slower; quality is still reported.
+CPU_MAX_ATTEMPTS = 1
+_open = open
 
 
 def varied_copies(inputs: Sequence[Any]) -> Callable[[], list[Any]]:
@@ -148,18 +172,25 @@ def summarize(times_ms: Sequence[float]) -> dict[str, Any]:
     n = len(xs)
     if n == 0:
         return {"median_ms": None, "mean_ms": None, "stdev_ms": None, "cv": None,
-                "min_ms": None, "p10_ms": None, "p90_ms": None, "n": 0}
+                "min_ms": None, "p10_ms": None, "p25_ms": None, "p75_ms": None,
+                "p90_ms": None, "iqr_ms": None, "iqr_rel": None, "n": 0}
     mean = sum(xs) / n
     var = sum((x - mean) ** 2 for x in xs) / (n - 1) if n > 1 else 0.0
     stdev = _sqrt(var)
+    median = _percentile(xs, 50.0)
+    p25, p75 = _percentile(xs, 25.0), _percentile(xs, 75.0)
     return {
-        "median_ms": _percentile(xs, 50.0),
+        "median_ms": median,
         "mean_ms": mean,
         "stdev_ms": stdev,
         "cv": stdev / mean if mean > 0 else None,
         "min_ms": xs[0],
         "p10_ms": _percentile(xs, 10.0),
+        "p25_ms": p25,
+        "p75_ms": p75,
         "p90_ms": _percentile(xs, 90.0),
+        "iqr_ms": p75 - p25,
+        "iqr_rel": (p75 - p25) / median if median > 0 else None,
         "n": n,
     }
 
@@ -209,8 +240,8 @@ def resolve_device(device: torch.device | str) -> torch.device:
 def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
             device: torch.device | str, budget_ms: float = DEFAULT_BUDGET_MS,
             timing: str = "events", *, min_reps: int = MIN_REPS, max_reps: int = MAX_REPS,
-            min_warmup: int = MIN_WARMUP,
-            warmup_fraction: float = WARMUP_FRACTION) -> dict[str, Any]:
+            min_warmup: int = MIN_WARMUP, warmup_fraction: float = WARMUP_FRACTION,
+            max_attempts: int | None = None) -> dict[str, Any]:
     """Times fn(*make_inputs()) as described in the module docstring.
 
     Returns summarize()'s fields for the primary method plus: method ("events" on CUDA,
@@ -218,7 +249,12 @@ def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
     - events: stream_median_ms, sync_overhead_ms, l2_flush_bytes;
     - kernel: "events" (the event-based statistics, measured first), kernels_per_call
       (mean number of GPU activities per call), and "kernel_error" instead when the
-      profiler recorded nothing usable (the event statistics are then the primary ones).
+      profiler recorded nothing usable (the event statistics are then the primary ones);
+    - quality: sched ({"runq_wait_ms", "runq_wait_fraction", "preempted", "wall_ms"} of the
+      attempt kept; null fields where /proc cannot say), noise (noise_reasons of it), noisy,
+      attempt (its index), attempts ([{"median_ms", "cv", "iqr_rel", "n", "warmup_n",
+      "runq_wait_fraction", "noise"}] of every attempt, in order). max_attempts: None is
+      MAX_ATTEMPTS on CUDA, CPU_MAX_ATTEMPTS on the CPU.
     """
     device = resolve_device(device)
     if timing not in ("events", "kernel"):
@@ -228,19 +264,113 @@ def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
     if is_cuda and not _CUDA_BUILT:
         raise RuntimeError("CUDA timing asked for, but this PyTorch has no CUDA support")
 
-    with _no_grad():
-        if is_cuda:
-            result = _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps,
-                                          max_reps, min_warmup, warmup_fraction)
-            if timing == "kernel":
-                result = _add_kernel_timing(result, fn, make_inputs, device)
-        else:
-            result = _measure_cpu(fn, make_inputs, budget_ms, min_reps, max_reps, min_warmup,
-                                  warmup_fraction)
-            if timing == "kernel":
-                result["note"] = "kernel timing needs CUDA; wall-clock time reported"
+    def attempt() -> dict[str, Any]:
+        with _no_grad():
+            if is_cuda:
+                result = _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps,
+                                              max_reps, min_warmup, warmup_fraction)
+                if timing == "kernel":
+                    result = _add_kernel_timing(result, fn, make_inputs, device)
+            else:
+                result = _measure_cpu(fn, make_inputs, budget_ms, min_reps, max_reps,
+                                      min_warmup, warmup_fraction)
+                if timing == "kernel":
+                    result["note"] = "kernel timing needs CUDA; wall-clock time reported"
+        return result
+
+    if max_attempts is None:
+        max_attempts = MAX_ATTEMPTS if is_cuda else CPU_MAX_ATTEMPTS
+    result = repeat_while_noisy(attempt, max_attempts)
     result["budget_ms"] = budget_ms
     return result
+
+
+def repeat_while_noisy(attempt: Callable[[], dict[str, Any]],
+                       max_attempts: int = MAX_ATTEMPTS) -> dict[str, Any]:
+    """Runs attempt() (one whole measurement, returning summarize()'s fields) with the timing
+    thread's scheduler counters read around it, again while the result is noisy, at most
+    max_attempts times; returns the first clean result, else the one with the least spread
+    (iqr_rel, then cv), with sched, noise, noisy, attempt and attempts added."""
+    tries: list[dict[str, Any]] = []
+    best: tuple[tuple[bool, float, float], int] | None = None
+    for i in range(max(1, int(max_attempts))):
+        before = _sched_sample()
+        t0 = _perf_counter()
+        result = attempt()
+        result["sched"] = _sched_delta(before, _sched_sample(), (_perf_counter() - t0) * 1e3)
+        result["noise"] = noise_reasons(result)
+        tries.append(result)
+        rank = (bool(result["noise"]), _spread(result, "iqr_rel"), _spread(result, "cv"))
+        if best is None or rank < best[0]:
+            best = (rank, i)
+        if not result["noise"]:
+            break
+    assert best is not None
+    chosen = tries[best[1]]
+    chosen["noisy"] = bool(chosen["noise"])
+    chosen["attempt"] = best[1]
+    chosen["attempts"] = [{"median_ms": t.get("median_ms"), "cv": t.get("cv"),
+                           "iqr_rel": t.get("iqr_rel"), "n": t.get("n"),
+                           "warmup_n": t.get("warmup_n"),
+                           "runq_wait_fraction": t["sched"].get("runq_wait_fraction"),
+                           "noise": list(t["noise"])} for t in tries]
+    return chosen
+
+
+def _spread(stats: dict[str, Any], key: str) -> float:
+    v = stats.get(key)
+    return float(v) if isinstance(v, (int, float)) and _isfinite(v) else float("inf")
+
+
+def noise_reasons(stats: dict[str, Any], iqr_rel: float | None = None, cv: float | None = None,
+                  runq_fraction: float | None = None) -> list[str]:
+    """Why a measurement is noisy: "iqr" (its (p75 - p25) / median over iqr_rel), "cv" (over
+    cv), "run_queue" (its timing thread waited for a CPU over runq_fraction of the time), or
+    "no_data" (no usable median); [] when it is clean. Fields that are missing (an older
+    measurement, /proc not readable) count as clean."""
+    iqr_rel = NOISY_IQR_REL if iqr_rel is None else iqr_rel
+    cv = NOISY_CV if cv is None else cv
+    runq_fraction = NOISY_RUNQ_FRACTION if runq_fraction is None else runq_fraction
+    if not finite_stats(stats):
+        return ["no_data"]
+    out = []
+    if _spread(stats, "iqr_rel") != float("inf") and stats["iqr_rel"] > iqr_rel:
+        out.append("iqr")
+    if _spread(stats, "cv") != float("inf") and stats["cv"] > cv:
+        out.append("cv")
+    frac = (stats.get("sched") or {}).get("runq_wait_fraction")
+    if isinstance(frac, (int, float)) and _isfinite(frac) and frac > runq_fraction:
+        out.append("run_queue")
+    return out
+
+
+def _sched_sample() -> tuple[float | None, int | None]:
+    """(ns this thread has waited runnable for a CPU, times it was preempted), or None for
+    what /proc does not show (no schedstats, no /proc in a sandbox)."""
+    wait = preempted = None
+    try:
+        with _open("/proc/thread-self/schedstat", encoding="ascii") as f:
+            wait = float(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with _open("/proc/thread-self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("nonvoluntary_ctxt_switches:"):
+                    preempted = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return wait, preempted
+
+
+def _sched_delta(before: tuple[float | None, int | None], after: tuple[float | None, int | None],
+                 wall_ms: float) -> dict[str, Any]:
+    wait_ms = (after[0] - before[0]) / 1e6 if None not in (before[0], after[0]) else None
+    return {"runq_wait_ms": wait_ms,
+            "runq_wait_fraction": wait_ms / wall_ms if wait_ms is not None and wall_ms > 0
+            else None,
+            "preempted": after[1] - before[1] if None not in (before[1], after[1]) else None,
+            "wall_ms": wall_ms}
 
 
 def _repeat_count(budget_ms: float, spent_ms: float, warm_costs_ms: list[float],

@@ -22,6 +22,13 @@ replies on the file descriptor that was stdout at start, {"id": ID, "rc": STATUS
 `evaluate.py ARGV` would (same exit status too). Before the first request the worker writes
 {"ready": true, "device": ..., "torch": ...}. Everything else this process or the task code
 prints goes to stderr, never into the reply channel. EOF on stdin ends the worker.
+With --timing-signals, each timed section of a job (the candidate's timing, each baseline)
+is announced on the reply channel as {"timing": true} and {"timing": false} before the
+job's reply: the evaluator holds new compiler runs back meanwhile (src/eval/cpuplan.h).
+
+CPU cores (issue 21, harness/cpus.py): with CUDA_AGENT_TIMING_CPUS set the worker pins
+itself there before importing torch; pre-warmed candidates are started on
+CUDA_AGENT_AUX_CPUS and moved onto the timing cores when they take a job.
 Exit status: 0 at EOF; 2 bad arguments.
 """
 
@@ -38,6 +45,12 @@ if not sys.path or os.path.abspath(sys.path[0]) != _HERE:
 # printed by this process (task code included) can be taken for a reply.
 _REPLY = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
 os.dup2(2, 1)
+
+import cpus  # noqa: E402
+
+# Before torch: every thread it starts inherits the timing cores.
+_TIMING_CPUS, _AUX_CPUS = cpus.from_env()
+cpus.pin_self(_TIMING_CPUS)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -57,8 +70,43 @@ def reply(msg: dict) -> None:
     _REPLY.flush()
 
 
+class PlacedPool(cp.CandidatePool):
+    """A CandidatePool whose candidates warm up on the aux cores and time on the timing
+    cores (harness/cpus.py)."""
+
+    def fill(self) -> None:
+        with cpus.spawning_on(_AUX_CPUS if _TIMING_CPUS else None):
+            super().fill()
+
+    def take(self, python: str, device: str, sandbox: cp.Sandbox, wait_s: float):
+        c = super().take(python, device, sandbox, wait_s)
+        if c is not None and _TIMING_CPUS:
+            moved, refused = cpus.move_tree(c.proc.pid, _TIMING_CPUS)
+            if refused or not moved:
+                # E.g. a sandboxed candidate of another user without CAP_SYS_NICE here: its
+                # threads time on the aux cores. Said, never fatal.
+                print(f"worker: candidate {c.proc.pid}: {refused} thread(s) refused the move "
+                      f"onto the timing cores ({moved} moved)", file=sys.stderr, flush=True)
+        return c
+
+
+class TimingSignals:
+    """opts.timing_hook: announces timed sections on the reply channel (quality.Window)."""
+
+    def __init__(self) -> None:
+        self.open = False
+
+    def __call__(self, on: bool) -> None:
+        if bool(on) != self.open:
+            self.open = bool(on)
+            reply({"timing": self.open})
+
+    def reset(self) -> None:
+        self(False)
+
+
 def handle(line: str, pool: cp.CandidatePool, prefetch: evaluate.SetPrefetch,
-           python: str) -> dict:
+           python: str, signals: TimingSignals | None = None) -> dict:
     try:
         req = json.loads(line)
     except ValueError:
@@ -76,8 +124,13 @@ def handle(line: str, pool: cp.CandidatePool, prefetch: evaluate.SetPrefetch,
         opts.python = python
     opts.pool = pool
     opts.prefetch = prefetch
+    opts.timing_hook = signals
     t0 = time.monotonic()
-    rc = evaluate.run(opts)
+    try:
+        rc = evaluate.run(opts)
+    finally:
+        if signals is not None:
+            signals.reset()  # a section cut short by a failure is closed too
     out = {"id": rid, "rc": rc, "elapsed_s": round(time.monotonic() - t0, 4)}
     if opts.device == "cuda":
         out["memory"] = between_jobs(prefetch, timing.resolve_device(torch.device("cuda")))
@@ -112,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="pre-warm candidates in the candidate sandbox of this binary")
     box.add_argument("--no-sandbox", action="store_true",
                      help="pre-warm candidates WITHOUT isolation (unsafe)")
+    p.add_argument("--timing-signals", action="store_true",
+                   help="announce timed sections as {\"timing\": true|false} lines")
     opts = p.parse_args(argv)
     if opts.prewarm < 0:
         p.error("--prewarm must be >= 0")
@@ -122,13 +177,15 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         torch.cuda.set_device(device)
         torch.zeros(1, device=device)  # creates the context now
-    pool = cp.CandidatePool(opts.python, opts.device, opts.prewarm, cp.Sandbox.from_opts(opts),
-                            opts.tmp_dir)
+    pool = PlacedPool(opts.python, opts.device, opts.prewarm, cp.Sandbox.from_opts(opts),
+                      opts.tmp_dir)
+    signals = TimingSignals() if opts.timing_signals else None
     prefetch = evaluate.SetPrefetch()
     try:
         pool.fill()
         reply({"ready": True, "device": str(device), "torch": torch.__version__,
-               "pid": os.getpid()})
+               "pid": os.getpid(), "timing_cpus": cpus.allowed_list() if _TIMING_CPUS else None,
+               "aux_cpus": sorted(_AUX_CPUS) if _AUX_CPUS else None})
         while True:
             line = sys.stdin.readline(MAX_REQUEST_BYTES + 1)
             if not line:
@@ -138,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             if len(line) > MAX_REQUEST_BYTES:
                 reply({"id": None, "rc": 2, "error": "request too long"})
                 return 2
-            reply(handle(line, pool, prefetch, opts.python))
+            reply(handle(line, pool, prefetch, opts.python, signals))
             pool.fill()
     finally:
         prefetch.wait()  # a draw in progress must not be cut by the interpreter's exit

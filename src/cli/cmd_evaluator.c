@@ -97,6 +97,9 @@ int cmd_evaluator(int argc, char **argv)
          "compilers and candidates WITHOUT the sandbox (unsafe; hosts without userns)"},
         {"no-candidate-sandbox", 0, CLI_OPT_FLAG, &o.base.no_candidate_sandbox, NULL,
          "candidates WITHOUT their sandbox (unsafe; to measure its cost)"},
+        {"cpu-split", 0, CLI_OPT_STRING, &o.cpu_split, "SPEC",
+         "CPU cores for the runners' timing vs compiling: auto, off, N (cores per runner) or "
+         "TIMING/...:COMPILE lists, e.g. 15/14:0-13 (default $CUDA_AGENT_CPU_SPLIT, else auto)"},
         {0},
     };
     const struct cli_spec spec = {

@@ -8,6 +8,7 @@
  * it is counted done.
  */
 #include "eval/compile_internal.h"
+#include "eval/cpuplan.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ struct half {
 static void *half_run(void *arg)
 {
     struct half *h = arg;
+    (void)cpuplan_place_thread();
     compile__run_tool(h->c, h->c->build_dir, h->argv, compile__ro_compile, h->binds, &h->run);
     return NULL;
 }
@@ -187,6 +189,9 @@ static void job_run(const struct compile__ctx *c, struct compile__job *j)
 static void *worker(void *arg)
 {
     struct compile__pool *p = arg;
+    int prc = cpuplan_place_thread();
+    if (prc)
+        LOG_WARN("compile: cannot place a worker for compiling: %s", ca_strerror(prc));
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (p->qhead == p->qlen && !p->stop)

@@ -6,7 +6,9 @@
  * read-only context.
  */
 #include "eval/compile_internal.h"
+#include "eval/cpuplan.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -130,10 +132,14 @@ static void run_sandboxed(const struct compile__ctx *c, const char *dir, char *c
     compile__argv_release(&full);
 }
 
-void compile__run_tool(const struct compile__ctx *c, const char *dir,
-                       const struct compile__argv *argv, const char *const *ro,
-                       const struct compile__argv *binds, struct compile__run *r)
+static void run_tool_here(const struct compile__ctx *c, const char *dir,
+                          const struct compile__argv *argv, const char *const *ro,
+                          const struct compile__argv *binds, struct compile__run *r)
 {
+    /* A timed section on a GPU runner: the new compiler waits for it (bounded, cpuplan.h). */
+    int64_t waited = cpuplan_defer_compile();
+    if (waited > 0)
+        LOG_DEBUG("compile: waited %lld ms for a timed section", (long long)waited);
     buf_reset(&r->out);
     r->rc = 0;
     r->ok = r->timed_out = false;
@@ -152,4 +158,43 @@ void compile__run_tool(const struct compile__ctx *c, const char *dir,
         run_sandboxed(c, dir, argv->v, ro, binds, r);
     else
         run_direct(c, dir, argv->v, r);
+}
+
+/* One compiler run on a thread of its own, placed for compiling (cpuplan.h). */
+struct tool_call {
+    const struct compile__ctx *c;
+    const char *dir;
+    const struct compile__argv *argv, *binds;
+    const char *const *ro;
+    struct compile__run *r;
+};
+
+static void *tool_call_run(void *arg)
+{
+    struct tool_call *t = arg;
+    (void)cpuplan_place_thread();
+    run_tool_here(t->c, t->dir, t->argv, t->ro, t->binds, t->r);
+    return NULL;
+}
+
+/*
+ * Every compiler starts here. It inherits its affinity and nice value from the thread that
+ * forks it: the pool's workers are placed for compiling once (cpuplan_place_thread); a thread
+ * that is not (the build's own, for the precompiled header and the link) hands the run to a
+ * short-lived placed thread, since its nice value could not be lowered again afterwards.
+ */
+void compile__run_tool(const struct compile__ctx *c, const char *dir,
+                       const struct compile__argv *argv, const char *const *ro,
+                       const struct compile__argv *binds, struct compile__run *r)
+{
+    if (cpuplan_thread_unplaced()) {
+        struct tool_call t = {c, dir, argv, binds, ro, r};
+        pthread_t th;
+        if (pthread_create(&th, NULL, tool_call_run, &t) == 0) {
+            pthread_join(th, NULL);
+            return;
+        }
+        LOG_WARN("compile: no thread for a placed compiler run; running it unplaced");
+    }
+    run_tool_here(c, dir, argv, ro, binds, r);
 }

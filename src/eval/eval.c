@@ -447,7 +447,17 @@ static int finish(json_t *report, const char *stage, bool compiled, bool correct
         r.reason = "the workspace could not be evaluated";
     else if (strcmp(stage, "extract") == 0)
         r.reason = "the KernelBench file's load_inline sources could not be read";
-    json_object_set_new(report, "reward", reward_to_json(&r));
+    json_t *rj = reward_to_json(&r);
+    /* Issue 21: a reward that rests on a noisy measurement says so (the harness's flag). */
+    struct eval_report fr;
+    eval_report_read(report, &fr);
+    bool noisy = correct && fr.timing_noisy;
+    if (noisy)
+        json_object_set_new(rj, "decision_at_risk",
+                            json_is_array(fr.decision_at_risk) ? json_deep_copy(fr.decision_at_risk)
+                                                               : json_array());
+    json_object_set_new(rj, "timing_noisy", json_boolean(noisy));
+    json_object_set_new(report, "reward", rj);
     json_object_set_new(report, "ok", json_boolean(correct));
     return 0;
 }

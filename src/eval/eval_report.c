@@ -59,6 +59,13 @@ static void read_harness(const json_t *h, struct eval_report *r)
         r->flags[i].kind = str(flag, "kind");
         r->flags[i].message = str(flag, "message");
     }
+    for (size_t i = 0; i < json_array_size(flags); i++) {
+        const json_t *flag = json_array_get(flags, i);
+        if (strcmp(str(flag, "kind"), "noisy_timing") == 0) {
+            r->timing_noisy = true;
+            r->decision_at_risk = get(flag, "decision_at_risk");
+        }
+    }
 
     const json_t *t = get(h, "timing");
     read_timing(t, "eager", &r->eager);

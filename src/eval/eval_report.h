@@ -69,6 +69,10 @@ struct eval_report {
     } flags[EVAL_REPORT_FLAGS_MAX];
     struct eval_report_timing eager, compile, candidate;
     bool sol_flagged; /* timing.sol.flagged: faster than the hardware allows */
+    /* A "noisy_timing" flag (issue 21): the timing the reward rests on was noisy, and which
+     * decisions its noise puts at risk (the flag's decision_at_risk, borrowed, or NULL). */
+    bool timing_noisy;
+    const json_t *decision_at_risk;
     /* "infrastructure_error": the evaluator could not evaluate (no verdict, no reward). */
     bool infrastructure_error;
     /* "compile" and "harness"."device" as JSON, for eval_format's per-kernel and device

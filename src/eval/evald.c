@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "core/msg.h"
 #include "core/util.h"
+#include "eval/cpuplan.h"
 #include "eval/gpupool.h"
 #include "core/banned.h"
 
@@ -31,6 +32,7 @@
 struct evald {
     const struct evald_opts *o;
     struct gpupool *pool;
+    struct cpuplan *plan;
     atomic_int active;
     atomic_llong served;
 };
@@ -132,8 +134,9 @@ static json_t *handle(struct evald *d, const json_t *req)
     struct ca_err err = {0};
     const char *op = json_string_value(json_object_get(req, "op"));
     if (op && strcmp(op, "status") == 0)
-        return json_pack("{s:b, s:o, s:I, s:i}", "ok", 1, "pool", gpupool_describe(d->pool),
-                         "served", (json_int_t)atomic_load(&d->served), "active",
+        return json_pack("{s:b, s:o, s:o, s:I, s:i}", "ok", 1, "pool", gpupool_describe(d->pool),
+                         "cpus", cpuplan_to_json(d->plan), "served",
+                         (json_int_t)atomic_load(&d->served), "active",
                          atomic_load(&d->active) - 1);
     if (!op || strcmp(op, "eval") != 0)
         return error_reply(CA_EUSAGE, "unknown op: requests are {\"op\": \"eval\"|\"status\"}");
@@ -169,6 +172,58 @@ static void *serve_conn(void *arg)
     return NULL;
 }
 
+static int64_t env_int(const char *name, int64_t dflt, int64_t lo, int64_t hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (*end || errno || x < lo || x > hi) {
+        LOG_WARN("evaluator: ignoring %s=%s (want %lld..%lld)", name, v, (long long)lo,
+                 (long long)hi);
+        return dflt;
+    }
+    return x;
+}
+
+/*
+ * Issue 21: the runners' timing cores and everything else (docs/internals/evald.md, "CPU
+ * cores"). The compile pool is placed on the rest at a lower priority; this thread takes the
+ * compile cores too, so that every thread the service starts later (connections, compile
+ * workers) and the runners until they pin themselves start there.
+ */
+static int plan_cpus(const struct evald_opts *o, size_t nrunners, struct cpuplan *plan,
+                     char ***timing, char **aux, struct ca_err *err)
+{
+    int rc = cpuplan_from_host(nrunners, o->cpu_split, plan, err);
+    if (rc)
+        return rc;
+    int nice = (int)env_int("CUDA_AGENT_COMPILE_NICE", CPUPLAN_COMPILE_NICE, 0, 19);
+    int64_t defer = env_int("CUDA_AGENT_COMPILE_DEFER_MS", CPUPLAN_DEFER_MS, 0, 60000);
+    cpuplan_compile_config(plan->isolated ? &plan->compile : NULL, nice, defer);
+    char list[1024];
+    json_t *j = cpuplan_to_json(plan);
+    char *text = json_dumps(j, JSON_COMPACT);
+    LOG_INFO("evaluator: CPUs: %s; compile nice %d, defer up to %lld ms", text ? text : "?", nice,
+             (long long)defer);
+    free(text);
+    json_decref(j);
+    if (!plan->isolated)
+        return 0;
+    if (sched_setaffinity(0, sizeof(plan->compile), &plan->compile))
+        LOG_WARN("evaluator: cannot move to the compile cores: %s", strerror(errno));
+    *timing = xcalloc(nrunners, sizeof(**timing));
+    for (size_t i = 0; i < nrunners; i++) {
+        cpuplan_format(&plan->runner[i], list, sizeof(list));
+        (*timing)[i] = xstrdup(list);
+    }
+    cpuplan_format(&plan->compile, list, sizeof(list));
+    *aux = xstrdup(list);
+    return 0;
+}
+
 int evald_serve(const struct evald_opts *o, volatile sig_atomic_t *stop, struct ca_err *err)
 {
     struct evald d = {.o = o};
@@ -176,7 +231,12 @@ int evald_serve(const struct evald_opts *o, volatile sig_atomic_t *stop, struct 
     buf_init(&cache, CA_LIMIT_PATH);
     buf_init(&hdir, CA_LIMIT_PATH);
     int lfd = -1;
-    int rc = eval_cache_root(&o->base, &cache, err);
+    size_t nrunners = o->n_gpus ? o->n_gpus : 1;
+    char **timing_cpus = NULL, *aux_cpus = NULL;
+    d.plan = xcalloc(1, sizeof(*d.plan));
+    int rc = plan_cpus(o, nrunners, d.plan, &timing_cpus, &aux_cpus, err);
+    if (rc == 0)
+        rc = eval_cache_root(&o->base, &cache, err);
     if (rc == 0)
         rc = eval_harness_dir(cache.data, &hdir, err);
     if (rc == 0) {
@@ -196,10 +256,12 @@ int evald_serve(const struct evald_opts *o, volatile sig_atomic_t *stop, struct 
             .harness_dir = hdir.data,
             .device = o->base.device ? o->base.device : "cuda",
             .gpus = o->gpus,
-            .n = o->n_gpus ? o->n_gpus : 1,
+            .n = nrunners,
             .prewarm = o->prewarm,
             .log_fd = 2,
             .sandbox_bin = boxed ? eval_sandbox_bin() : NULL,
+            .timing_cpus = (const char *const *)timing_cpus,
+            .aux_cpus = aux_cpus,
         };
         int64_t t0 = ca_now_us();
         rc = gpupool_new(&po, &d.pool, err);
@@ -246,6 +308,11 @@ out:
     if (lfd >= 0)
         close(lfd);
     gpupool_free(d.pool);
+    for (size_t i = 0; timing_cpus && i < nrunners; i++)
+        free(timing_cpus[i]);
+    free(timing_cpus);
+    free(aux_cpus);
+    free(d.plan);
     buf_release(&cache);
     buf_release(&hdir);
     return rc;

@@ -39,6 +39,7 @@ struct evald_opts {
     const char *const *gpus; /* one runner per entry (CUDA_VISIBLE_DEVICES); NULL: */
     size_t n_gpus;           /*   n_gpus runners with the inherited environment */
     int prewarm;             /* pre-warmed candidates per runner */
+    const char *cpu_split;   /* cpuplan_from_host's spec; NULL: $CUDA_AGENT_CPU_SPLIT or auto */
 };
 
 /* Start the pool, listen, serve until *stop becomes non-zero (signal handler). */

@@ -25,6 +25,7 @@
 #include "core/msg.h"
 #include "core/proc.h"
 #include "core/util.h"
+#include "eval/cpuplan.h"
 #include "core/banned.h"
 
 #define REPLY_LINE_MAX (64 * 1024)
@@ -51,18 +52,30 @@ struct gpupool {
     pthread_cond_t freed;
 };
 
-static char **env_with(const char *gpu)
+static bool env_is(const char *entry, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+
+static char **env_with(const char *gpu, const char *timing_cpus, const char *aux_cpus)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = xcalloc(n + 2, sizeof(*env));
+    char **env = xcalloc(n + 4, sizeof(*env));
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (!gpu || strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) != 0)
+        if (!(gpu && env_is(environ[i], "CUDA_VISIBLE_DEVICES")) &&
+            !env_is(environ[i], "CUDA_AGENT_TIMING_CPUS") &&
+            !env_is(environ[i], "CUDA_AGENT_AUX_CPUS"))
             env[k++] = xstrdup(environ[i]);
     if (gpu)
         env[k++] = xstrfmt("CUDA_VISIBLE_DEVICES=%s", gpu);
+    if (timing_cpus)
+        env[k++] = xstrfmt("CUDA_AGENT_TIMING_CPUS=%s", timing_cpus);
+    if (aux_cpus)
+        env[k++] = xstrfmt("CUDA_AGENT_AUX_CPUS=%s", aux_cpus);
     env[k] = NULL;
     return env;
 }
@@ -103,11 +116,17 @@ static void runner_stop(struct runner *r)
 
 static int runner_start(struct gpupool *p, struct runner *r, struct ca_err *err)
 {
-    const char *argv[] = {p->o.python,      "-B",
-                          p->worker_py,     "--device",
-                          p->o.device,      "--prewarm",
-                          p->prewarm,       p->o.sandbox_bin ? "--sandbox" : "--no-sandbox",
-                          p->o.sandbox_bin, NULL};
+    const char *argv[] = {p->o.python,
+                          "-B",
+                          p->worker_py,
+                          "--device",
+                          p->o.device,
+                          "--prewarm",
+                          p->prewarm,
+                          "--timing-signals",
+                          p->o.sandbox_bin ? "--sandbox" : "--no-sandbox",
+                          p->o.sandbox_bin,
+                          NULL};
     struct proc_opts po = {.argv = argv, .env = (const char *const *)r->env};
     int rc = proc_spawn(&po, p->o.log_fd, &r->child, err);
     if (rc)
@@ -152,7 +171,7 @@ int gpupool_new(const struct gpupool_opts *o, struct gpupool **out, struct ca_er
     for (size_t i = 0; i < p->n; i++) {
         struct runner *r = &p->r[i];
         r->gpu = o->gpus ? xstrdup(o->gpus[i]) : NULL;
-        r->env = env_with(r->gpu);
+        r->env = env_with(r->gpu, o->timing_cpus ? o->timing_cpus[i] : NULL, o->aux_cpus);
         r->child = (struct proc_child){.pid = -1, .in_fd = -1, .out_fd = -1};
         buf_init(&r->line, 2 * REPLY_LINE_MAX);
     }
@@ -235,9 +254,21 @@ static int job_on(struct gpupool *p, struct runner *r, int64_t id, const char *c
         goto out;
     }
     int64_t deadline = timeout_ms > 0 ? ca_now_us() + timeout_ms * 1000 : INT64_MAX;
-    rc = read_line(r, deadline, &line, err);
-    if (rc == 0)
-        rc = jsonx_parse(sv_from(line.data, line.len), REPLY_LINE_MAX, "runner reply", &reply, err);
+    size_t index = (size_t)(r - p->r);
+    for (;;) {
+        rc = read_line(r, deadline, &line, err);
+        if (rc == 0)
+            rc = jsonx_parse(sv_from(line.data, line.len), REPLY_LINE_MAX, "runner reply", &reply,
+                             err);
+        json_t *tw = rc == 0 ? json_object_get(reply, "timing") : NULL;
+        if (!json_is_boolean(tw) || json_object_get(reply, "id"))
+            break;
+        /* A timed section opened or closed: the compile pool holds new compilers meanwhile. */
+        cpuplan_timing_mark(index, json_is_true(tw));
+        json_decref(reply);
+        reply = NULL;
+    }
+    cpuplan_timing_mark(index, false);
     int64_t got_id = -1, st = -1;
     if (rc == 0 && (jsonx_get_int(reply, "id", true, &got_id, "runner reply", err) ||
                     jsonx_get_int(reply, "rc", true, &st, "runner reply", err)))

@@ -36,6 +36,12 @@ struct gpupool_opts {
     int log_fd;              /* runners' stderr; < 0: inherited */
     const char *sandbox_bin; /* cuda-agent, whose candidate-sandbox isolates candidates;
                                 NULL: candidates run WITHOUT isolation (--no-sandbox) */
+    /* Issue 21: per runner, the CPU list its timing runs on (CUDA_AGENT_TIMING_CPUS: the
+     * runner pins itself there), and the list where it pre-warms candidates
+     * (CUDA_AGENT_AUX_CPUS); NULL: not set. A runner reports its timed sections as lines
+     * {"timing": true|false} before its reply; they go to cpuplan_timing_mark. */
+    const char *const *timing_cpus;
+    const char *aux_cpus;
 };
 
 struct gpupool;

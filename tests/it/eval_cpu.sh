@@ -62,9 +62,45 @@ svc_pid=$!
 for _ in $(seq 3000); do [ -S "$SOCK" ] && break; sleep 0.1; done
 assert "the service listens" [ -S "$SOCK" ]
 
+# Issue 21: the runner on its timing cores, the service (and the compilers it starts) on the
+# compile cores, as the status reply says and /proc shows.
+"$PY" - "$SOCK" "$svc_pid" >"$PWD/cpus.txt" 2>&1 <<'PYEOF'
+import json, socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+b = json.dumps({"op": "status"}).encode()
+s.sendall(struct.pack(">I", len(b)) + b)
+n = struct.unpack(">I", s.recv(4))[0]
+d = b""
+while len(d) < n:
+    d += s.recv(n - len(d))
+st = json.loads(d)
+def allowed(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+cpus, runner = st["cpus"], st["pool"]["runners"][0]
+print(json.dumps(cpus))
+if cpus["isolated"]:
+    assert allowed(runner["pid"]) == cpus["runners"][0], (allowed(runner["pid"]), cpus)
+    assert allowed(sys.argv[2]) == cpus["compile"], (allowed(sys.argv[2]), cpus)
+    assert not set(cpus["runners"][0].split(",")) & set(cpus["compile"].split(","))
+print("ok")
+PYEOF
+assert "status names the CPU split and /proc agrees ($(head -1 "$PWD/cpus.txt"))" \
+    grep -qx ok "$PWD/cpus.txt"
+
 run "$CA" eval --server "$SOCK" --json "$PWD/good"
 expect "correct candidate through the service" 0 '"stage": "done"'
 assert "its candidate was pre-warmed" [ "$(field harness.candidate.prewarmed)" = True ]
+assert "the reward says whether it rests on a noisy timing (as the harness's flags do)" "$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+flagged = any(f["kind"] == "noisy_timing" for f in r["harness"]["flags"])
+assert r["reward"]["timing_noisy"] is flagged, r["reward"]
+c = r["harness"]["timing"]["candidate"]
+assert c["noisy"] == bool(c["noise"]) and 1 <= len(c["attempts"]) <= 3, c
+assert c["host"]["own_cpus"], c' "$OUT"
 run "$CA" eval --server "$SOCK" --json "$PWD/good"
 expect "again" 0
 assert "everything came from the cache" [ "$(field compile.link.cached)" = True ]

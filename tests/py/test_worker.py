@@ -22,11 +22,11 @@ from test_harness import EXT, TASK, model_new, sandbox_args  # noqa: E402
 
 
 class Worker:
-    def __init__(self, tmp: pathlib.Path, prewarm: int = 1):
-        env = dict(os.environ, CUDA_AGENT_HARNESS_TESTING="1")
+    def __init__(self, tmp: pathlib.Path, prewarm: int = 1, env=None, args=()):
+        env = dict(os.environ, CUDA_AGENT_HARNESS_TESTING="1", **(env or {}))
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER), "--device", "cpu", "--prewarm", str(prewarm),
-             "--tmp-dir", str(tmp), *sandbox_args()],
+             "--tmp-dir", str(tmp), *sandbox_args(), *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env)
         self.hello = self.read()
@@ -141,3 +141,53 @@ def test_prefetched_sets_are_not_reused_for_another_task(worker, tmp_path):
     res = json.loads(out.read_text())
     assert res["verification"]["sets_prefetched"] is False
     assert res["verification"]["sets"][0]["outputs"][0]["shape"] == [8, 37]
+
+
+def test_runner_times_on_its_cores_warms_candidates_off_them_and_signals_timing(tmp_path):
+    """Issue 21: the runner on CUDA_AGENT_TIMING_CPUS, waiting candidates on
+    CUDA_AGENT_AUX_CPUS, the candidate that takes a job moved onto the timing cores, and the
+    timed sections announced before the reply."""
+    import time
+
+    sys.path.insert(0, str(ROOT / "harness"))
+    import cpus
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("this process may run on one CPU only")
+    timing_cpu, aux_cpu = allowed[-1], allowed[0]
+    (tmp_path / "cands").mkdir()
+    w = Worker(tmp_path / "cands", env={"CUDA_AGENT_TIMING_CPUS": str(timing_cpu),
+                                        "CUDA_AGENT_AUX_CPUS": str(aux_cpu)},
+               args=["--timing-signals"])
+    try:
+        assert w.hello["ready"] is True and w.hello["timing_cpus"] == str(timing_cpu), w.hello
+        assert cpus.allowed_list(w.proc.pid) == str(timing_cpu)
+        waiting = []
+        for _ in range(100):  # the pre-warmed candidate is started right after the greeting
+            waiting = [p for p in cpus.descendants(w.proc.pid) if p != w.proc.pid]
+            if waiting:
+                break
+            time.sleep(0.05)
+        assert waiting and all(cpus.allowed_list(p) == str(aux_cpu) for p in waiting), waiting
+        seen = tmp_path / "affinity.txt"
+        body = (f"open({str(seen)!r}, 'w').write(str(sorted(os.sched_getaffinity(0))))\n"
+                "return cuda_extension.affine(x, self.weight, self.bias, self.scale)")
+        argv, out = job(tmp_path, "placed", model_new(body, header="import os\n"))
+        w.proc.stdin.write(json.dumps({"id": 7, "argv": argv}) + "\n")
+        w.proc.stdin.flush()
+        lines = []
+        while True:
+            msg = w.read()
+            if "id" in msg:
+                break
+            lines.append(msg)
+        assert msg["rc"] == 0, (msg, out.read_text() if out.exists() else None)
+        # The candidate's timing, then eager's (this job has no torch.compile baseline).
+        assert lines == [{"timing": True}, {"timing": False}] * 2, lines
+        assert seen.read_text() == str([timing_cpu])
+        r = json.loads(out.read_text())
+        assert r["timing"]["candidate"]["host"]["own_cpus"] == str(timing_cpu)
+        assert r["timing"]["eager"]["host"]["own_cpus"] == str(timing_cpu)
+    finally:
+        w.close()

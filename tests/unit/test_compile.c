@@ -27,6 +27,7 @@
 #include "core/util.h"
 #include "eval/compile.h"
 #include "eval/compile_internal.h"
+#include "eval/cpuplan.h"
 #include "eval/eval.h"
 #include "sandbox/sandbox.h"
 #include "core/banned.h"
@@ -1212,6 +1213,77 @@ TEST(warm_builds_the_pch_ahead)
     CHECK_EQ(compile_warm(&t.o, &t.err), CA_EUNAVAIL);
     free(gch);
     free(entry);
+    tb_end(&t);
+}
+
+/* Issue 21: every compiler the pool starts (bindings, the registry, the precompiled header,
+ * the link) runs on the compile cores at the compile nice value, as read by the compiler
+ * itself from /proc (a c++ wrapper first in PATH records it, then runs the real one). */
+TEST(compilers_run_on_the_compile_cores_niced)
+{
+    need_nvcc();
+    cpu_set_t all;
+    REQUIRE(sched_getaffinity(0, sizeof(all), &all) == 0);
+    int lo = -1;
+    for (int c = 0; c < CPU_SETSIZE && lo < 0; c++)
+        if (CPU_ISSET(c, &all))
+            lo = c;
+    if (CPU_COUNT(&all) < 2)
+        SKIP("cpus", "this process may run on one CPU only");
+    char *real = proc_which("c++");
+    REQUIRE(real);
+    char *bin = xstrfmt("%s/bin", test_tmpdir());
+    char *log = xstrfmt("%s/placement.log", test_tmpdir());
+    struct ca_err err = {0};
+    REQUIRE(fs_mkdirs(bin, 0755, &err) == 0);
+    char *wrapper = xstrfmt("%s/c++", bin);
+    char *script = xstrfmt("#!/bin/sh\n"
+                           "if [ \"$1\" != --version ]; then\n"
+                           "  echo \"$(grep Cpus_allowed_list /proc/self/status | cut -f2) "
+                           "$(cut -d' ' -f19 /proc/self/stat)\" >> '%s'\n"
+                           "fi\n"
+                           "exec '%s' \"$@\"\n",
+                           log, real);
+    write_text(wrapper, script);
+    REQUIRE(chmod(wrapper, 0755) == 0);
+    char *saved_path = xstrdup(getenv("PATH"));
+    char *path = xstrfmt("%s:%s", bin, saved_path);
+    setenv("PATH", path, 1);
+
+    struct tbuild t;
+    tb_begin(&t);
+    put_file(t.snap, "add_binding.cpp", "tests/eval/compile/src/add_binding.cpp");
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(lo, &one);
+    cpuplan_compile_config(&one, 5, 0);
+    REQUIRE(build(&t.o, t.snap, t.out, &t.r, &t.err) == 0);
+    tb_show_errors(&t);
+    CHECK(t.r.ok);
+    char *seen = read_text(log);
+    char *want = xstrfmt("%d 5\n", lo); /* one line per run: CPUs, nice */
+    size_t runs = 0;
+    for (const char *p = seen; *p; p += strlen(want), runs++)
+        if (strncmp(p, want, strlen(want)) != 0) {
+            test__fail(__FILE__, __LINE__, "a compiler ran with %.40s, not %d/nice 5", p, lo);
+            break;
+        }
+    CHECK(runs >= 3); /* add_binding.cpp, binding.cpp, the link (and the header, if built) */
+    /* The build's own thread (the precompiled header and the link ran beside it) is as it was. */
+    cpu_set_t after;
+    REQUIRE(sched_getaffinity(0, sizeof(after), &after) == 0);
+    CHECK(CPU_EQUAL(&after, &all));
+    cpuplan_compile_config(NULL, 0, 0);
+    setenv("PATH", saved_path, 1);
+    free(saved_path);
+    free(seen);
+    free(want);
+    free(path);
+    free(script);
+    free(wrapper);
+    free(log);
+    free(bin);
+    free(real);
     tb_end(&t);
 }
 
