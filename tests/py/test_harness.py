@@ -936,14 +936,12 @@ def test_speed_of_light_flag():
     assert ev.speed_of_light({"type": "cuda", "name": "Mystery"}, s, 0, 1e-9)["flagged"] is False
 
 
-def test_candidate_protocol(tmp_path):
-    """candidate.py: 'ready' first, then its job on the control socket with the arena's
-    descriptor, then one more line ('stop')."""
+def kept_job_and_candidate(tmp_path):
+    """A job directory left by a real evaluation (--keep-temp) and a fresh candidate.py (no
+    sandbox) with its report pipe and control socket: (job_dir, proc, channel, mine)."""
     run = evaluate(tmp_path, args=["--no-timing", "--keep-temp", "--tmp-dir", str(tmp_path)])
     assert run.rc == 0, run
     (job_dir,) = tmp_path.glob("cuda-agent-cand-*/job")
-    job = json.loads((job_dir / "job.json").read_text())
-    arena, _ = ev.ar.create(job["arena"]["size"], torch.device("cpu"))
     r, w = os.pipe()
     mine, theirs = socket.socketpair()
     proc = subprocess.Popen([sys.executable, str(ROOT / "harness" / "candidate.py"),
@@ -952,8 +950,17 @@ def test_candidate_protocol(tmp_path):
                             stderr=subprocess.STDOUT, pass_fds=(w,), cwd=tmp_path)
     os.close(w)
     theirs.close()
+    return job_dir, proc, os.fdopen(r, "rb"), mine
+
+
+def test_candidate_protocol(tmp_path):
+    """candidate.py: 'ready' first, then its job on the control socket with the arena's
+    descriptor, then one more line ('stop')."""
+    job_dir, proc, chan, mine = kept_job_and_candidate(tmp_path)
+    job = json.loads((job_dir / "job.json").read_text())
+    arena, _ = ev.ar.create(job["arena"]["size"], torch.device("cpu"))
     try:
-        with os.fdopen(r, "rb") as channel:
+        with chan as channel:
             first = json.loads(channel.readline())
             assert first == {"type": "ready", "lockdown": False}
             socket.send_fds(mine, [json.dumps({"job": str(job_dir)}).encode() + b"\n"],
@@ -978,18 +985,8 @@ def test_candidate_protocol(tmp_path):
 
 def test_candidate_without_its_job_descriptor_fails_cleanly(tmp_path):
     """A job line without the arena's descriptor: a protocol failure, not a crash."""
-    run = evaluate(tmp_path, args=["--no-timing", "--keep-temp", "--tmp-dir", str(tmp_path)])
-    assert run.rc == 0, run
-    (job_dir,) = tmp_path.glob("cuda-agent-cand-*/job")
-    r, w = os.pipe()
-    mine, theirs = socket.socketpair()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "harness" / "candidate.py"),
-                             "--device", "cpu", "--report-fd", str(w)],
-                            stdin=theirs.fileno(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, pass_fds=(w,), cwd=tmp_path)
-    os.close(w)
-    theirs.close()
-    with os.fdopen(r, "rb") as channel:
+    job_dir, proc, chan, mine = kept_job_and_candidate(tmp_path)
+    with chan as channel:
         assert json.loads(channel.readline())["type"] == "ready"
         mine.sendall(json.dumps({"job": str(job_dir)}).encode() + b"\n")
         messages = [json.loads(line) for line in channel]
