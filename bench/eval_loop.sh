@@ -40,7 +40,7 @@ h = r.get("harness") or {}
 el = h.get("elapsed_s") or {}
 tr = (h.get("verification") or {}).get("transport") or {}
 print(f"    harness_s={ {k: round(v, 3) for k, v in el.items()} } "
-      f"transport={tr.get('kind')} {tr.get('cuda_ipc_unavailable') or ''}"
+      f"transport={tr.get('kind')} {tr.get('device_memory_unavailable') or ''}"
       f"prefetched={(h.get('verification') or {}).get('sets_prefetched')}")
 PY
 }

@@ -22,11 +22,11 @@ ncpu=$(nproc)
 echo "GPUs: $ngpu, CPUs: $ncpu"
 nvidia-smi --query-gpu=index,name,clocks.sm,clocks.max.sm,memory.used --format=csv
 
-echo "== arena (CUDA IPC across processes)"
+echo "== arena (device memory shared by descriptor, plain and across the candidate sandbox)"
 if ! CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m pytest -q -p no:cacheprovider \
         tests/gpu/test_arena_ipc.py >"$OUT/arena.log" 2>&1; then
     tail -30 "$OUT/arena.log"
-    echo "CUDA IPC failed: the rest runs with CUDA_AGENT_ARENA=mmap"
+    echo "device-memory sharing failed: the rest runs with CUDA_AGENT_ARENA=mmap (a memfd)"
     export CUDA_AGENT_ARENA=mmap
 else
     tail -1 "$OUT/arena.log"

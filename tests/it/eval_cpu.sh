@@ -108,8 +108,10 @@ assert "everything came from the cache" [ "$(field compile.link.cached)" = True 
 run "$CA" eval --server "$SOCK" --json "$PWD/wrong"
 expect "wrong output: reward -1" 1 '"kind": "mismatch"'
 assert "stage verify" [ "$(field stage)" = verify ]
-assert "in CPU mode the tensors travel through the shared file" \
-    [ "$(field harness.verification.transport.kind)" = mmap ]
+assert "in CPU mode the tensors travel through a memfd handed to the candidate" \
+    [ "$(field harness.verification.transport.kind)" = memfd ]
+assert "the candidate ran in its sandbox, with the lockdown filter" \
+    [ "$(field harness.isolation.sandbox):$(field harness.isolation.lockdown_installed)" = True:True ]
 run "$CA" eval --server "$SOCK" "$PWD/wrong"
 expect "the text report names the check that failed" 1 "check that failed: mismatch"
 
