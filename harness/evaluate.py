@@ -49,14 +49,15 @@ from compare import (  # noqa: E402,F401
     compare_tensor, precision_record, set_label, check_set, check_reported, refused_record,
     check_launches)
 from baselines import (  # noqa: E402,F401
-    kernel_floor, device_info, baseline_key, measure_baselines, count_flops, speed_of_light,
-    validate_stats)
+    kernel_floor, device_info, baseline_key, baseline_cache_path, measure_baselines, count_flops,
+    speed_of_light, validate_stats)
 
 # Names tests and tools reach through this module (they live in the modules above).
-__all__ = ['MIN_EXTENSION_SHARE', 'PRECISION_FACTOR', 'PRECISION_REL_FLOOR_EPS',
-           'arena_inputs', 'check_set', 'compare_tensor', 'count_flops', 'first_true',
-           'growth', 'heavy_tailed_like', 'model_at', 'precision_record', 'received_outputs',
-           'refused_record', 'size_names', 'smaller_odd', 'unravel']
+__all__ = ['MIN_EXTENSION_SHARE', 'baseline_cache_path', 'PRECISION_FACTOR',
+           'PRECISION_REL_FLOOR_EPS', 'arena_inputs', 'check_set', 'compare_tensor',
+           'count_flops', 'first_true', 'growth', 'heavy_tailed_like', 'model_at',
+           'precision_record', 'received_outputs', 'refused_record', 'size_names',
+           'smaller_odd', 'unravel']
 
 import argparse  # noqa: E402
 import copy  # noqa: E402

@@ -608,8 +608,11 @@ def test_candidate_gets_a_clean_environment(tmp_path):
     body = """
     import os
     leaked = [k for k in os.environ if k.startswith(("CUDA_AGENT", "SECRET"))]
-    if leaked or os.getcwd() != os.environ["HOME"]:
-        raise RuntimeError(f"leaked {leaked}, cwd {os.getcwd()}")
+    # cwd: the job directory (its files); HOME and TMPDIR: the scratch directory.
+    home = os.environ["HOME"]
+    if leaked or home != os.environ["TMPDIR"] or not os.path.isfile("job.json") or \
+            not os.access(home, os.W_OK):
+        raise RuntimeError(f"leaked {leaked}, cwd {os.getcwd()}, HOME {home}")
     return cuda_extension.affine(x, self.weight, self.bias, self.scale)
     """
     run = evaluate(tmp_path, new=model_new(body), env={"SECRET_TOKEN": "x"},
@@ -1031,9 +1034,14 @@ def test_post_timing_inputs_reach_the_arena_only_after_timing(tmp_path):
     import json, os
     job = json.load(open("job.json"))
     slot = job["sets"][job["post_timing_set"]]["inputs"][0]
+    def target(n):
+        try:
+            return os.readlink(f"/proc/self/fd/{n}")
+        except OSError:  # the directory's own descriptor, closed by now
+            return ""
     fds = [int(n) for n in os.listdir("/proc/self/fd")]
-    (fd,) = [n for n in fds
-             if os.readlink(f"/proc/self/fd/{n}").startswith("/memfd:cuda-agent-arena")]
+    # (the mapping holds a duplicate of the descriptor: any of them reads the same memory)
+    fd = min(n for n in fds if target(n).startswith("/memfd:cuda-agent-arena"))
     region = os.pread(fd, x.numel() * x.element_size(), slot["offset"])
     record = os.path.join(os.environ["TMPDIR"], "seen.json")
     seen = json.load(open(record)) if os.path.exists(record) else []

@@ -170,10 +170,13 @@ def test_runner_times_on_its_cores_warms_candidates_off_them_and_signals_timing(
                 break
             time.sleep(0.05)
         assert waiting and all(cpus.allowed_list(p) == str(aux_cpu) for p in waiting), waiting
-        seen = tmp_path / "affinity.txt"
-        body = (f"open({str(seen)!r}, 'w').write(str(sorted(os.sched_getaffinity(0))))\n"
+        # Written into the candidate's scratch directory (its only writable place in the
+        # sandbox), kept with --keep-temp.
+        body = ("open(os.path.join(os.environ['TMPDIR'], 'affinity.txt'), 'w')"
+                ".write(str(sorted(os.sched_getaffinity(0))))\n"
                 "return cuda_extension.affine(x, self.weight, self.bias, self.scale)")
-        argv, out = job(tmp_path, "placed", model_new(body, header="import os\n"))
+        argv, out = job(tmp_path, "placed", model_new(body, header="import os\n"),
+                        extra=["--keep-temp"])
         w.proc.stdin.write(json.dumps({"id": 7, "argv": argv}) + "\n")
         w.proc.stdin.flush()
         lines = []
@@ -185,6 +188,7 @@ def test_runner_times_on_its_cores_warms_candidates_off_them_and_signals_timing(
         assert msg["rc"] == 0, (msg, out.read_text() if out.exists() else None)
         # The candidate's timing, then eager's (this job has no torch.compile baseline).
         assert lines == [{"timing": True}, {"timing": False}] * 2, lines
+        (seen,) = (tmp_path / "cands").glob("cuda-agent-cand-*/scratch/affinity.txt")
         assert seen.read_text() == str([timing_cpu])
         r = json.loads(out.read_text())
         assert r["timing"]["candidate"]["host"]["own_cpus"] == str(timing_cpu)
