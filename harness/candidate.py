@@ -181,13 +181,6 @@ def _fail_from(exc: BaseException, default_kind: str, what: str,
     return Failure(kind, f"{what}: {message}", d)
 
 
-def _set_precision(precision: str) -> None:
-    allow = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    torch.backends.cudnn.allow_tf32 = allow
-    torch.set_float32_matmul_precision("high" if allow else "highest")
-
-
 def _init_device(device: torch.device) -> None:
     """Makes device current and creates its CUDA context (device: resolved, with an index)."""
     if device.type == "cuda":
@@ -294,7 +287,7 @@ class Runner:
         without a stream argument, as most KernelBench code does) is ordered with it, and CUDA
         graphs can be captured on it. Work on other streams is unordered until the device-wide
         synchronisations that end every forward and every timed call, which count it."""
-        _set_precision(self.job.get("precision", "strict"))
+        timing.set_precision(self.job.get("precision", "strict"))
         self.stage("init")
         _init_device(self.device)
         if self.device.type != "cuda":

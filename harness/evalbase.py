@@ -10,6 +10,11 @@ from typing import Any, Callable
 
 import torch
 
+import timing
+
+# The run's precision flags: one definition, shared with the candidate (timing.py).
+set_precision = timing.set_precision
+
 import harness_util as hu
 
 
@@ -84,13 +89,6 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.is_floating_point() or a.is_complex():
         eq = eq | (torch.isnan(a) & torch.isnan(b))
     return eq
-
-
-def set_precision(mode: str) -> None:
-    allow = mode == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    torch.backends.cudnn.allow_tf32 = allow
-    torch.set_float32_matmul_precision("high" if allow else "highest")
 
 
 def sync(device: torch.device) -> None:

@@ -135,6 +135,16 @@ CPU_MAX_ATTEMPTS = 1
 _open = open
 
 
+
+def set_precision(mode: str) -> None:
+    """The run's precision for this process's torch: "tf32" lets cuBLAS and cuDNN use TF32,
+    anything else is strict fp32. Both sides call it (the trusted one for the reference and
+    the baselines, the candidate for its own forward)."""
+    allow = mode == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    torch.set_float32_matmul_precision("high" if allow else "highest")
+
 def varied_copies(inputs: Sequence[Any]) -> Callable[[], list[Any]]:
     """A make_inputs for measure(): each call returns fresh copies of inputs in which every
     floating-point tensor is scaled by a factor of that call's own, 1 + k * step (k = 1, 2, ...,

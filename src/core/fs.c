@@ -133,22 +133,6 @@ int fs_read_file(const char *path, size_t max, struct buf *b, struct ca_err *err
 
 /* ---- atomic writes ---- */
 
-static int write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Fill name with "<base>.tmp-XXXXXX" using fresh random letters. */
 static int tmp_name(struct buf *name, const char *base)
 {
@@ -202,7 +186,7 @@ static int write_atomic_at(int dirfd, const char *base, const char *shown, const
             goto out;
         }
     }
-    rc = write_all(fd, data, len);
+    rc = fs_write_all(fd, data, len);
     if (rc) {
         err_setf(err, rc, "cannot write '%s': %s", shown, strerror(-rc));
         goto fail;

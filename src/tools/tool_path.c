@@ -341,21 +341,6 @@ int tools__check_fresh(const struct tool_ctx *ctx, const char *tool, const struc
     return 0;
 }
 
-static int write_all(int fd, const char *p, size_t len)
-{
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /*
  * Replace rel beneath root atomically: a temporary ".<name>.tmp-<hex>" in
  * the same folder (O_EXCL, O_NOFOLLOW), then rename. Unlike
@@ -391,7 +376,7 @@ static int replace_file(const struct fs_root *root, const char *rel, const char 
             goto out;
         }
     }
-    rc = write_all(fd, data, len);
+    rc = fs_write_all(fd, data, len);
     if (!rc && fchmod(fd, mode) != 0)
         rc = -errno;
     if (close(fd) != 0 && !rc && errno != EINTR)
