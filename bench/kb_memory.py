@@ -129,6 +129,9 @@ def run_one(opts: argparse.Namespace, level: int, path: str, tmp: str) -> dict:
                          + foot.get("param_bytes", 0)) if foot else None,
         footprint=foot or None, plan=plan or None,
         peak_bytes=mem.get("peak_bytes"),
+        peak_reserved_bytes=mem.get("peak_reserved_bytes"),
+        candidate_peak_reserved_bytes=(mem.get("candidate_peak") or {}).get(
+            "max_reserved_bytes"),
         idle_allocated_bytes=idle.get("allocated_bytes"),
         idle_reserved_bytes=idle.get("reserved_bytes"),
         idle_free_bytes=idle.get("free_bytes"),
@@ -147,6 +150,7 @@ def main() -> int:
     p.add_argument("--corpus")
     p.add_argument("--levels", default="1,2,3")
     p.add_argument("--limit", type=int, default=0, help="at most N tasks (0: all)")
+    p.add_argument("--skip", type=int, default=0, help="start after the first N tasks")
     p.add_argument("--time-budget", type=float, default=0,
                    help="stop starting tasks after S seconds (0: no limit)")
     p.add_argument("--server", help="an evaluator service's socket (default: start one)")
@@ -159,6 +163,7 @@ def main() -> int:
         return 77
     levels = [int(x) for x in opts.levels.split(",") if x.strip()]
     items = tasks(corpus, levels)
+    items = items[opts.skip:]
     if opts.limit:
         items = items[:opts.limit]
     opts.bin = os.path.abspath(opts.bin)
@@ -187,8 +192,10 @@ def main() -> int:
             recs.append(rec)
             print(f"[{k + 1}/{len(items)}] L{lv} {rec['task'][:44]:44} {rec.get('verdict'):14} "
                   f"{rec.get('failure') or '':14} fp {g(rec.get('footprint_bytes'))} peak "
-                  f"{g(rec.get('peak_bytes'))} idle {g(rec.get('idle_reserved_bytes'))} GiB "
-                  f"plan {(rec.get('plan') or {}).get('level', '-')} {rec['wall_s']:7.1f} s",
+                  f"{g(rec.get('peak_bytes'))} cand {g(rec.get('candidate_peak_reserved_bytes'))} "
+                  f"idle {g(rec.get('idle_reserved_bytes'))} GiB plan "
+                  f"{(rec.get('plan') or {}).get('level', '-')}"
+                  f"{'h' if (rec.get('plan') or {}).get('host') else ''} {rec['wall_s']:7.1f} s",
                   flush=True)
             with open(os.path.join(opts.out, "kb_memory.jsonl"), "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -205,10 +212,17 @@ def main() -> int:
     oom_charged = [r["task"] for r in recs if r.get("failure") == "oom"]
     ratios = [r["peak_bytes"] / r["footprint_bytes"] for r in recs
               if r.get("peak_bytes") and r.get("footprint_bytes")]
+    # Both processes: the evaluator's reserved peak and the candidate's, over the footprint,
+    # for tasks of at least 1 GiB (below, the fixed overhead dominates any ratio).
+    both = [((r.get("peak_reserved_bytes") or 0) + (r.get("candidate_peak_reserved_bytes") or 0))
+            / r["footprint_bytes"] for r in recs
+            if r.get("footprint_bytes") and r["footprint_bytes"] >= GIB
+            and r.get("peak_reserved_bytes")]
     idle = [r["idle_reserved_bytes"] for r in recs if r.get("idle_reserved_bytes") is not None]
     summary = {"corpus": corpus, "levels": levels, "tasks": len(items), "done": len(recs),
                "stopped": stopped, "verdicts": by, "oom_charged_to_candidate": oom_charged,
                "max_peak_over_footprint": max(ratios) if ratios else None,
+               "max_both_reserved_over_footprint_1gib": max(both) if both else None,
                "max_idle_reserved_bytes": max(idle) if idle else None,
                "wall_s": round(time.monotonic() - t0, 1), "records": recs}
     with open(os.path.join(opts.out, "kb_memory.json"), "w") as f:
@@ -224,6 +238,7 @@ def main() -> int:
     print(json.dumps({k: summary[k] for k in ("done", "tasks", "stopped", "verdicts",
                                               "oom_charged_to_candidate",
                                               "max_peak_over_footprint",
+                                              "max_both_reserved_over_footprint_1gib",
                                               "max_idle_reserved_bytes", "wall_s")}))
     return 0
 

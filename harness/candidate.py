@@ -227,12 +227,14 @@ def _clone(x: Any) -> Any:
     return x.clone() if isinstance(x, torch.Tensor) else x
 
 
-def _poison(device: torch.device, sizes: list[int]) -> None:
+def _poison(device: torch.device, sizes: list[int], how: dict[str, Any] | None = None) -> None:
     """Leaves only NaN-filled free blocks in the caching allocator, sized like the outputs.
 
     The cache is emptied first, so no stale free block (an earlier set's output, say) is
-    left for the forward to reuse; then two blocks per output size and one larger block are
-    allocated, filled with bytes of 0xFF and freed again (they stay cached for reuse). 0xFF
+    left for the forward to reuse; then two blocks per output size (how["copies"]: one under a
+    memory plan that keeps the device lean) and one larger block of twice their total (within
+    how's min_bytes and max_bytes) are allocated, filled with bytes of 0xFF and freed again
+    (they stay cached for reuse). 0xFF
     bytes read as NaN in every floating type (and -1 in signed integers), so an output
     element the forward never writes is NaN and fails the comparison. Not done on the CPU
     (CPU mode exists to test the harness, not to grade kernels).
@@ -241,6 +243,9 @@ def _poison(device: torch.device, sizes: list[int]) -> None:
         return
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
+    how = how or {}
+    copies = max(1, min(2, int(how.get("copies", 2))))
+    lo, hi = int(how.get("min_bytes", 32 << 20)), int(how.get("max_bytes", 8 << 30))
     blocks = []
     total = 0
     for nb in sizes:
@@ -248,12 +253,31 @@ def _poison(device: torch.device, sizes: list[int]) -> None:
         if nb <= 0:
             continue
         total += nb
-        for _ in range(2):
+        for _ in range(copies):
             blocks.append(torch.full((nb,), 255, dtype=torch.uint8, device=device))
-    big = min(max(2 * total, 32 << 20), 8 << 30)
+    big = min(max(2 * total, lo), hi)
     blocks.append(torch.full((big,), 255, dtype=torch.uint8, device=device))
     torch.cuda.synchronize(device)
     del blocks
+
+
+def _hold_to_budget(device: torch.device, budget: Any) -> None:
+    """Holds this process's caching allocator to the memory plan's budget for the candidate
+    (harness/memplan.py): a forward that asks for more fails here with an out-of-memory error
+    that names its usage and the budget, whatever else the device has free."""
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+        return
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
+
+
+def _memory_used(device: torch.device) -> dict[str, int] | None:
+    """This process's device memory peaks so far (the trusted side reports them beside the
+    plan's estimate of the candidate's share)."""
+    if device.type != "cuda":
+        return None
+    return {"max_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
+            "max_reserved_bytes": int(torch.cuda.max_memory_reserved(device))}
 
 
 def _describe(leaf: Any) -> dict[str, Any]:
@@ -292,6 +316,7 @@ class Runner:
         _init_device(self.device)
         if self.device.type != "cuda":
             return self._run()
+        _hold_to_budget(self.device, self.job.get("memory_budget_bytes"))
         with torch.cuda.stream(blocking_stream(self.device)):
             return self._run()
 
@@ -333,7 +358,7 @@ class Runner:
         if self.device.type == "cuda" and job.get("launch_evidence", True):
             self.stage("launch_evidence")
             self.send_launch_evidence()
-        self.chan.send({"type": "verified"})
+        self.chan.send({"type": "verified", "memory": _memory_used(self.device)})
 
         command = self.control.readline().strip()
         if command != "time":
@@ -345,7 +370,7 @@ class Runner:
             # Its inputs are written to the arena only now that the timing is over.
             self.stage("post_timing")
             self.verify_set(int(post), fresh=True)
-        self.chan.send({"type": "done"})
+        self.chan.send({"type": "done", "memory": _memory_used(self.device)})
         return True
 
     def build_model(self, k: int) -> Any:
@@ -465,7 +490,7 @@ class Runner:
         views, args = self.set_inputs(i)
         if fresh:
             args = [_clone(x) for x in args]
-        _poison(self.device, self.job.get("poison_bytes", []))
+        _poison(self.device, self.job.get("poison_bytes", []), self.job.get("poison"))
         t0 = _perf_counter()
         try:
             with torch.no_grad():

@@ -13,7 +13,7 @@ import torch
 import harness_util as hu
 import memplan
 import arena as ar
-from evalbase import EvalError, same_values
+from evalbase import EvalError, count_changed
 from job import arena_inputs, received_outputs
 from inputs import InputSet, derivation_label
 
@@ -114,14 +114,14 @@ def compare_tensor_sliced(j: int, got: torch.Tensor, exp: torch.Tensor, atol: fl
     chunk = COMPARE_CHUNK_ELEMS
     n = exp.numel()
     if n <= chunk:
-        return compare_tensor(j, got, exp, atol, rtol)
+        return compare_tensor(j, got, exp.to(got.device), atol, rtol)
     g_flat, e_flat = got.reshape(-1), exp.reshape(-1)
     rec: dict[str, Any] = {"output": j, "shape": list(exp.shape), "dtype": str(exp.dtype),
                            "numel": n, "mismatches": 0, "nonfinite_mismatches": 0,
                            "max_abs_diff": None, "first_mismatches": []}
     for start in range(0, n, chunk):
-        part = compare_tensor(j, g_flat[start:start + chunk], e_flat[start:start + chunk],
-                              atol, rtol)
+        part = compare_tensor(j, g_flat[start:start + chunk],
+                              e_flat[start:start + chunk].to(got.device), atol, rtol)
         rec["mismatches"] += part["mismatches"]
         rec["nonfinite_mismatches"] += part["nonfinite_mismatches"]
         if part["max_abs_diff"] is not None:
@@ -184,14 +184,15 @@ def precision_record(j: int, got: torch.Tensor, ref: torch.Tensor,
 
 def precision_record_sliced(j: int, got: torch.Tensor, ref: torch.Tensor,
                             ref64: Any) -> dict[str, Any] | None:
-    """precision_record, with a float64 reference that may live in host memory (moved to the
-    device a slice at a time) and on flat slices of COMPARE_CHUNK_ELEMS elements when the
-    output is larger (the RMS sums added up slice by slice)."""
+    """precision_record, with references (float32 and float64) that may live in host memory
+    (moved to the candidate output's device a slice at a time) and on flat slices of
+    COMPARE_CHUNK_ELEMS elements when the output is larger (the RMS sums added up slice by
+    slice)."""
     chunk = COMPARE_CHUNK_ELEMS
     if not isinstance(ref64, torch.Tensor) or ref.numel() <= chunk:
-        if isinstance(ref64, torch.Tensor) and ref64.device != ref.device:
-            ref64 = ref64.to(ref.device)
-        return precision_record(j, got, ref, ref64)
+        if isinstance(ref64, torch.Tensor) and ref64.device != got.device:
+            ref64 = ref64.to(got.device)
+        return precision_record(j, got, ref.to(got.device), ref64)
     if not ref.is_floating_point() or ref.dtype == torch.float64 or ref64.shape != ref.shape:
         return None
     g_flat, r_flat, r64_flat = got.reshape(-1), ref.reshape(-1), ref64.reshape(-1)
@@ -199,8 +200,8 @@ def precision_record_sliced(j: int, got: torch.Tensor, ref: torch.Tensor,
     cand_sq = ref_sq = scale_sq = 0.0
     for start in range(0, ref.numel(), chunk):
         g = g_flat[start:start + chunk].to(torch.float64)
-        r = r_flat[start:start + chunk].to(torch.float64)
-        r64 = r64_flat[start:start + chunk].to(ref.device, torch.float64)
+        r = r_flat[start:start + chunk].to(got.device, torch.float64)
+        r64 = r64_flat[start:start + chunk].to(got.device, torch.float64)
         mask = torch.isfinite(g) & torch.isfinite(r) & torch.isfinite(r64)
         zero = torch.zeros((), dtype=torch.float64, device=g.device)
         n += int(mask.sum())
@@ -311,10 +312,9 @@ def check_set(s: InputSet, meta: Any, outs: list[Any], after: list[Any], device:
             raise EvalError("input_mutated", f"input set {s.index}: ModelNew changed input "
                                              f"{k}'s shape or dtype in place",
                             {"set": s.index, "input": k})
-        eq = same_values(a.to(device), o)
-        changed = int((~eq).sum())
+        changed, fi = count_changed(a.to(device), o)
         if changed:
-            fi = first_true(~eq, 1)[0]
+            assert fi is not None
             idx = unravel(fi, tuple(o.shape))
             raise EvalError("input_mutated",
                             f"input set {s.index}: ModelNew modified input {k} in place "

@@ -91,6 +91,23 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return eq
 
 
+def count_changed(a: torch.Tensor, o: torch.Tensor,
+                  chunk: int = 1 << 26) -> tuple[int, int | None]:
+    """How many elements of a differ from o (NaN equal to NaN; same shape and dtype assumed)
+    and the flat index of the first, compared on a's device in flat slices of `chunk` elements
+    (o may live in host memory: a slice at a time is moved in)."""
+    af, of = a.reshape(-1), o.reshape(-1)
+    changed, first = 0, None
+    for start in range(0, af.numel(), chunk):
+        eq = same_values(af[start:start + chunk], of[start:start + chunk].to(a.device))
+        n = int((~eq).sum())
+        if n and first is None:
+            first = start + int((~eq).nonzero()[0, 0])
+        changed += n
+        del eq
+    return changed, first
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -23,6 +23,7 @@ progress lines only. Exit status: 0 the candidate passed (and was timed unless -
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -149,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-window", type=int, default=None,
                    help="stream the input sets of the task's own shape this many at a time "
                         "(default: as the memory plan decides from the task and the GPU)")
+    p.add_argument("--memory-host", action="store_true",
+                   help="the smallest memory plan's placement whatever fits: pristine inputs "
+                        "and references in host memory, the device holding the arena's slots "
+                        "(streamed as --memory-window says, default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -336,6 +341,7 @@ class Session:
             elif mtype == "launches" and phase == "verify":
                 v["launches"] = msg.get("evidence")
             elif mtype == "verified" and phase == "verify":
+                self.note_candidate_memory(msg.get("memory"))
                 if self.received != len(self.sets):
                     raise EvalError("protocol", f"the candidate claimed verification after "
                                                 f"{self.received} of {len(self.sets)} input "
@@ -352,6 +358,7 @@ class Session:
                     fill_inputs(self.arena, self.post, self.device)  # unseen till timed
                     cand.send("post")
             elif mtype == "done" and phase == "timing":
+                self.note_candidate_memory(msg.get("memory"))
                 return "done"
             elif mtype == "failure":
                 self.candidate_failure = msg
@@ -361,6 +368,15 @@ class Session:
             elif mtype == "_sandbox":
                 raise EvalError("infrastructure", "the candidate sandbox could not be built: "
                                            f"{msg.get('message')}", stage="setup")
+
+    def note_candidate_memory(self, m: Any) -> None:
+        """The candidate's own device memory peaks (what it reports: for the record beside the
+        plan's estimate of its share, never for a verdict)."""
+        mem = self.result.get("memory")
+        if not isinstance(m, dict) or not isinstance(mem, dict):
+            return
+        mem["candidate_peak"] = {k: m[k] for k in ("max_allocated_bytes", "max_reserved_bytes")
+                                 if isinstance(m.get(k), int) and not isinstance(m.get(k), bool)}
 
     def on_set(self, msg: dict[str, Any]) -> None:
         if msg.get("index") != self.received or self.received >= len(self.sets):
@@ -431,13 +447,14 @@ class Session:
 
 def footprint_of(sets: list[InputSet], streamed: list[InputSet], state_bytes: int,
                  ref_peak: int) -> memplan.Footprint:
-    """The task's footprint from set 0 (inputs and reference outputs computed) and the sets
-    that stay resident whatever the plan (derived and extra shapes: their inputs, four times
-    over for their copies, slots and references)."""
+    """The task's footprint from set 0 (inputs and reference outputs computed; ref_peak, the
+    reference forward's own peak) and the sets that stay resident whatever the plan (derived and
+    extra shapes: their arena slots, estimated as twice their inputs since their outputs are not
+    computed yet; memplan doubles it where their copies and references stay on the device)."""
     s0 = sets[0]
     tensors = [r for r in s0.ref if isinstance(r, torch.Tensor)]
     ids = {id(s) for s in streamed}
-    extra = sum(4 * sum(nbytes(x) for x in (s.orig or [])) for s in sets[1:]
+    extra = sum(2 * sum(nbytes(x) for x in (s.orig or [])) for s in sets[1:]
                 if id(s) not in ids)
     return memplan.Footprint(
         input_bytes=sum(nbytes(x) for x in s0.orig or []),
@@ -523,17 +540,16 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         t_ref32 = time.monotonic()
         # The derived sets the reference refuses and a value-stress set that finds no usable
         # scale are dropped before anything is laid out for the candidate.
-        before = memplan.reset_peak(device)
-        compute_reference(model, sets[0], device)
-        ref_peak = memplan.peak_since(device, before)
+        ref_peak = compute_reference(model, sets[0], device)
 
         # -- the memory plan: how many sets of the task's own shape are resident at once
         streamed = [s for s in sets[1:] if s.recipe is not None] + \
             ([post] if post is not None else [])
         fp = footprint_of(sets, streamed, state_bytes, ref_peak)
         forced = getattr(opts, "memory_window", None)
-        if forced and min_level == 0:
-            plan = memplan.forced(fp, forced)
+        forced_host = bool(getattr(opts, "memory_host", False))
+        if (forced or forced_host) and min_level == 0:
+            plan = memplan.forced(fp, forced or 1, forced_host)
         else:
             plan = memplan.choose(fp, free0, min_level)
         if plan is None:
@@ -546,9 +562,16 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         result["memory"] = memplan.describe(fp, plan, free0)
         if plan.chunked:
             log(f"memory plan {plan.level}: {plan.window} of {len(streamed)} input sets at a "
-                f"time{', float64 reference on the host' if plan.ref64_host else ''}")
+                f"time{', inputs and references on the host' if plan.host else ''}")
         chunked = plan.chunked
-        ref64_dev = torch.device("cpu") if plan.ref64_host else device
+        host = torch.device("cpu")
+        ref64_dev = host if plan.ref64_host else device
+        # A host plan: every set's pristine inputs and references go to host memory once its
+        # references are made (set 0's now); the device keeps the arena's slots.
+        home = host if plan.host and device.type == "cuda" else device
+        for s in sets + ([post] if post is not None else []):
+            s.home = home
+        sets[0].offload()
         for s in streamed:
             if chunked and s.kind != "value-stress":
                 s.release()  # a prefetched draw: drawn again when its turn comes
@@ -580,6 +603,8 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             if s.kind not in ("derived-shape", "value-stress") and s is not sets[0] and \
                     s.orig is not None:
                 compute_reference(s.model or model, s, device)
+            if s.orig is not None:
+                s.offload()
         elapsed["setup_reference"] = time.monotonic() - t_ref32
         elapsed["setup"] = time.monotonic() - t_start
 
@@ -645,7 +670,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                 why64 = why64 or f"{type(exc).__name__}: {exc}"
 
         def reference64(s: InputSet) -> str | None:
-            why = compute_reference64(models64[s.model_index], s)
+            why = compute_reference64(models64[s.model_index], s, device)
             if s.ref64 is not None and plan.ref64_host:
                 s.ref64 = [x.to(ref64_dev) if isinstance(x, torch.Tensor) else x
                            for x in s.ref64]
@@ -663,6 +688,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                                                   f"under the memory plan: {why}",
                                 {"reason": "streaming"})
             reference64(s)
+            s.offload()
 
         ses.sets, ses.post = sets, post
         ses.prepare = prepare if chunked else (lambda s: None)
@@ -689,6 +715,8 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             "post_timing_set": post.index if post is not None else None,
             "precision": opts.precision,
             "poison_bytes": out_bytes,
+            "poison": plan.poison,
+            "memory_budget_bytes": memplan.candidate_budget(plan, free0),
             "timing": {"mode": opts.timing, "budget_ms": opts.budget_ms, "set": 0},
         }
         if ses.chunk_starts:
@@ -765,6 +793,15 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         if ses.candidate_failure is not None:
             kind, message, details = sanitize_failure(ses.candidate_failure)
             if kind == "oom":
+                if oom_within_budget(details, message, result.get("memory")) and \
+                        memplan.evaluator_overshot(device, plan):
+                    # Inside its budget while the evaluator took more than its share: the
+                    # evaluator's failure, never the candidate's: retried with a smaller plan.
+                    # (The candidate's own numbers alone never decide it: the overshoot is
+                    # measured on this side.)
+                    raise torch.cuda.OutOfMemoryError(
+                        "the candidate ran out of GPU memory inside its budget"
+                        + candidate_oom_note(details, result.get("memory")) + ": " + message)
                 message += candidate_oom_note(details, result.get("memory"))
             details["output_tail"] = cand.output_tail()
             raise EvalError(kind, message, details, stage=ses.stage)
@@ -794,6 +831,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         # -- baselines (this process), speed of light
         t_base = time.monotonic()
         key = baseline_key(task_sha, dev, opts.precision, opts.timing)
+        sets[0].offload(device)  # a host plan: the baselines time device inputs
         base, cached = measure_baselines(opts, model, sets[0], device, key, log)
         elapsed["baselines"] = time.monotonic() - t_base
         result["timing"], flags = timing_section(opts, dev, sets[0], state_bytes, cand_stats,
@@ -842,11 +880,38 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         elif base_dir is not None:
             log(f"kept the candidate directory {base_dir}")
         if isinstance(result.get("memory"), dict) and device.type == "cuda":
-            result["memory"]["peak_bytes"] = memplan.peak_since(device, 0)
-            result["memory"]["peak_above_start_bytes"] = memplan.peak_since(device,
-                                                                             peak_base)
+            peak = memplan.job_peak(device)
+            result["memory"]["peak_bytes"] = peak["allocated"]
+            result["memory"]["peak_reserved_bytes"] = peak["reserved"]
+            result["memory"]["peak_above_start_bytes"] = max(0, peak["allocated"] - peak_base)
         elapsed["total"] = time.monotonic() - t_start
         result["elapsed_s"] = elapsed
+
+
+def oom_request_bytes(message: str) -> int | None:
+    """The size PyTorch's out-of-memory message says it tried to allocate ("Tried to allocate
+    8.00 GiB"), or None."""
+    m = re.search(r"Tried to allocate ([0-9.]+) ([KMGT]i?B|B|bytes)", message or "")
+    if not m:
+        return None
+    unit = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
+            "TiB": 1 << 40, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+    return int(float(m.group(1)) * unit.get(m.group(2), 1))
+
+
+def oom_within_budget(details: dict[str, Any], message: str, memory: Any) -> bool:
+    """Whether a candidate's out-of-memory error happened while what it held plus what it asked
+    for stayed inside its budget (memplan.candidate_budget, which the candidate's allocator is
+    also held to): then the device ran short, not the candidate. Unknown usage or budget (the
+    CPU, a candidate that hid its numbers): False, the candidate's failure as before."""
+    used = details.get("max_memory_allocated")
+    budget = ((memory or {}).get("plan") or {}).get("candidate_budget_bytes") \
+        if isinstance(memory, dict) else None
+    asked = oom_request_bytes(message)
+    if not isinstance(used, int) or isinstance(used, bool) or not isinstance(budget, int) \
+            or asked is None:
+        return False
+    return used + asked <= budget
 
 
 def candidate_oom_note(details: dict[str, Any], memory: Any) -> str:

@@ -17,10 +17,11 @@ from typing import Any, Callable
 import torch
 
 import harness_util as hu
+import memplan
 from evalbase import (
     is_oom,
-    EvalError, Log, as_list, clone_arg, nbytes, same_values, secret_seed, sync, task_call,
-    to_device)
+    EvalError, Log, as_list, clone_arg, count_changed, nbytes, same_values, secret_seed,
+    task_call, to_device)
 
 
 # Input domains whose inputs may be replaced by heavy-tailed mixed-sign values.
@@ -138,6 +139,9 @@ class InputSet:
         # "random", "adversarial", "value-stress", "shape", "derived-shape" or "post-timing"
         self.kind = kind
         self.device = device
+        # Where its pristine inputs and references are kept: the device, or the host under a
+        # memory plan that keeps them there (memplan.Plan.host; offload()).
+        self.home = device
         # How to draw it again (from its secret seed): a set of the task's own shape that a
         # memory plan streams is drawn when its turn comes and dropped once compared.
         self.recipe = recipe
@@ -180,6 +184,20 @@ class InputSet:
             drawn = [x * self.scale if k in self.scaled_inputs else x
                      for k, x in enumerate(drawn)]
         self.orig = [to_device(clone_arg(x), self.device) for x in drawn]
+
+    def offload(self, home: torch.device | None = None) -> None:
+        """Moves the set's pristine inputs and references to `home` (default: self.home) and
+        keeps them there from now on (a host memory plan frees the device this way)."""
+        if home is not None:
+            self.home = home
+
+        def moved(xs: list[Any] | None) -> list[Any] | None:
+            if xs is None:
+                return None
+            return [x.to(self.home) if isinstance(x, torch.Tensor) and x.device != self.home
+                    else x for x in xs]
+        self.orig, self.ref, self.ref64 = moved(self.orig), moved(self.ref) or [], \
+            moved(self.ref64)
 
     def release(self) -> None:
         """Drops the set's tensors (inputs, references) once it has been compared or before
@@ -607,7 +625,7 @@ def choose_stress_scale(s: InputSet, model: torch.nn.Module,
         if why is None:
             s.ref64 = None
             if model64 is not None:
-                compute_reference64(model64, s)
+                compute_reference64(model64, s, device)
             why = stress_rejection(base_ref, s.ref, s.ref64)
         if why is None:
             s.scale, s.enforce_precision = f, False
@@ -727,33 +745,48 @@ class SetPrefetch:
         return got
 
 
-def compute_reference(model: torch.nn.Module, s: InputSet, device: torch.device) -> None:
-    args = [clone_arg(x) for x in s.orig]
+def compute_reference(model: torch.nn.Module, s: InputSet, device: torch.device) -> int:
+    """Fills s.ref (kept where the set lives, s.home) and s.ref_mutated; returns the forward's
+    own peak device memory above its arguments (its outputs and temporaries; 0 on the CPU)."""
+    args = [x.to(device, copy=True) if isinstance(x, torch.Tensor) else x for x in s.orig]
+    base = memplan.forward_peak_begin(device)
     with torch.no_grad():
         out = task_call(f"Model.forward on input set {s.index}", lambda: model(*args))
-    sync(device)
+    peak = memplan.forward_peak_end(device, base)
     try:
-        s.ref = [x.detach() if isinstance(x, torch.Tensor) else x
-                 for x in hu.flatten_outputs(out)]
+        ref = [x.detach() if isinstance(x, torch.Tensor) else x
+               for x in hu.flatten_outputs(out)]
     except TypeError as exc:
         raise EvalError("task_error", f"Model's output: {exc}", stage="setup")
+    del out
+    s.ref = [x.to(s.home) if isinstance(x, torch.Tensor) and x.device != s.home else x
+             for x in ref]
+    del ref
     s.ref_mutated = [k for k, (a, o) in enumerate(zip(args, s.orig))
                      if isinstance(o, torch.Tensor)
                      and not (a.shape == o.shape and a.dtype == o.dtype
-                              and bool(same_values(a, o).all()))]
+                              and count_changed(a, o)[0] == 0)]
+    return int(peak)
 
 
-def compute_reference64(model64: torch.nn.Module | None, s: InputSet) -> str | None:
-    """Fills s.ref64; returns why it is unavailable, or None."""
+def compute_reference64(model64: torch.nn.Module | None, s: InputSet,
+                        device: torch.device | None = None) -> str | None:
+    """Fills s.ref64 (kept where the set lives, s.home), computed on `device` (default: where
+    the set's inputs are); returns why it is unavailable, or None."""
     if model64 is None:
         return "no float64 model"
-    args = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else
-            clone_arg(x) for x in s.orig]
+    if device is None:
+        device = next((x.device for x in s.orig if isinstance(x, torch.Tensor)), s.home)
+    args = [x.to(device, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
+            else (x.to(device, copy=True) if isinstance(x, torch.Tensor) else x)
+            for x in s.orig]
     try:
         with torch.no_grad():
             out = model64(*args)
-        s.ref64 = [x.detach() if isinstance(x, torch.Tensor) else x
+        del args
+        s.ref64 = [x.detach().to(s.home) if isinstance(x, torch.Tensor) else x
                    for x in hu.flatten_outputs(out)]
+        del out
     except Exception as exc:  # the float64 reference is best effort
         s.ref64 = None
         if is_oom(exc):

@@ -2,18 +2,23 @@
 
 A job's device memory is the task's footprint times how much of it is alive at once. The
 footprint is measured on input set 0 (Footprint: its inputs, the reference's outputs, the
-parameters, and the reference forward's peak above its inputs from
+parameters, and the reference forward's own peak above its arguments, outputs included, from
 torch.cuda.max_memory_allocated). A plan says how many of the streamed input sets (random,
 adversarial, value-stress, post-timing: all of the task's own shape) are resident at once
-beside set 0 (`window`), and whether the float64 reference lives on the host. make_plans()
-lists the plans from the roomiest (everything resident: the evaluation as it always ran) to
-the smallest (one streamed set at a time, float64 reference on the host); choose() takes the
-first that fits the GPU's free memory (torch.cuda.mem_get_info) with the candidate's budget
-left over. None fitting: the task is refused up front with the numbers (too_large_message).
-An out-of-memory error in the evaluator's own work retries with the next smaller plan; after
-the smallest it is an infrastructure error, never the candidate's failure.
+beside set 0 (`window`), and whether the sets' pristine inputs and references live in host
+memory (`host`: the device then holds only the arena's slots, and the candidate's freed memory
+is poisoned with one block per output rather than two and a large one). make_plans() lists the
+plans from the roomiest (everything resident: the evaluation as it always ran) to the smallest
+(one streamed set at a time, everything but the arena on the host); choose() takes the first
+that fits both the GPU's free memory (torch.cuda.mem_get_info) with the candidate's share left
+over and the comfort bound (COMFORT_FACTOR times the footprint plus COMFORT_SLACK), else the
+smallest, if it fits the free memory. None fitting: the task is refused up front with the numbers
+(too_large_message). An out-of-memory error in the evaluator's own work, or one of the
+candidate's while it was inside its budget, retries with the next smaller plan; after the
+smallest it is an infrastructure error, never the candidate's failure.
 
-Pure arithmetic on byte counts: no torch calls except in free_bytes() and measure_peak().
+The constants come from the H200 measurements of docs/BENCHMARKS.md (bench/kb_memory.py).
+Pure arithmetic on byte counts, except the device measurements at the end.
 """
 
 from __future__ import annotations
@@ -25,18 +30,29 @@ from typing import Any
 import torch
 
 GIB = 1 << 30
+MIB = 1 << 20
 # What no plan can shrink: the CUDA contexts' own memory beside the tensors, the caching
 # allocators' rounding and fragmentation, cuBLAS/cuDNN workspaces.
 FIXED_OVERHEAD = GIB
 # The candidate process's CUDA context and PyTorch's start-up allocations.
 CANDIDATE_CONTEXT = GIB // 2
 # Comparisons run on slices of at most this many elements (compare.COMPARE_CHUNK_ELEMS), so
-# their temporaries (float64 differences, masks, precision sums) stay bounded; about 12 bytes
-# per element of the slice are alive at once.
+# their temporaries (float64 differences, masks, precision sums, a host reference's slice
+# moved in) stay bounded; about 24 bytes per element of the slice are alive at once.
 COMPARE_CHUNK_ELEMS = 1 << 26
-COMPARE_BYTES_PER_ELEM = 12
+COMPARE_BYTES_PER_ELEM = 24
 # Device memory a worker may keep between jobs for the next job's prefetched input sets.
 PREFETCH_BUDGET = 4 * GIB
+# A plan is preferred when it needs at most this many footprints plus the slack (issue 22's
+# bound: about 3x the task's footprint plus a fixed overhead); when none keeps to it, the
+# smallest plan is taken.
+COMFORT_FACTOR = 3
+COMFORT_SLACK = 8 * GIB
+# The candidate's poisoning (candidate._poison): per output size, two blocks (one under a
+# host plan), and one more block of twice the outputs' total clamped to [min, max].
+POISON_MIN = 32 * MIB
+POISON_MAX = 8 * GIB
+POISON_MAX_LEAN = GIB
 
 
 @dataclass
@@ -45,11 +61,11 @@ class Footprint:
     input_bytes: int = 0       # set 0's tensor inputs
     output_bytes: int = 0      # the reference's tensor outputs on set 0
     param_bytes: int = 0       # Model's state_dict
-    ref_peak_bytes: int = 0    # the reference forward's peak above what existed before it
+    ref_peak_bytes: int = 0    # the reference forward's peak above its arguments (outputs in)
     float_output: bool = True  # some output is floating (a float64 reference is made)
     max_output_elems: int = 0  # the largest output's elements (the comparison's slice)
     n_streamed: int = 0        # random, adversarial, value-stress and post-timing sets
-    resident_extra_bytes: int = 0  # derived and extra-shape sets (inputs and outputs)
+    resident_extra_bytes: int = 0  # derived and extra-shape sets (their inputs and outputs)
 
     def set_bytes(self) -> int:
         return self.input_bytes + self.output_bytes
@@ -62,70 +78,100 @@ class Plan:
     ref64_host: bool    # float64 references kept in host memory, moved in per comparison
     need_bytes: int     # what this plan needs on the device, the candidate's share included
     trusted_bytes: int  # of which the evaluator's own (the rest is the candidate's budget)
+    host: bool = False  # pristine inputs and float32 references in host memory too
 
     @property
     def chunked(self) -> bool:
         return self.level > 0
 
-
-def _per_set(fp: Footprint, ref64_host: bool) -> int:
-    """A resident set on the trusted side: its pristine inputs, its arena slots (inputs and
-    outputs), its float32 reference, and its float64 reference unless on the host."""
-    ref64 = 0 if ref64_host or not fp.float_output else 2 * fp.output_bytes
-    return 2 * fp.input_bytes + 2 * fp.output_bytes + ref64
-
-
-def candidate_bytes(fp: Footprint) -> int:
-    """The candidate's share: its context, its copy of the parameters, a forward (peak and
-    outputs) and the poisoned blocks (two of each output size and one of twice their total,
-    32 MiB to 8 GiB: candidate._poison)."""
-    poison = 2 * fp.output_bytes + min(max(2 * fp.output_bytes, 32 << 20), 8 * GIB)
-    return CANDIDATE_CONTEXT + fp.param_bytes + fp.ref_peak_bytes + fp.output_bytes + poison
+    @property
+    def poison(self) -> dict[str, int]:
+        """job.json's "poison" (candidate._poison): copies per output size, the large block's
+        bounds."""
+        return {"copies": 1 if self.host else 2, "min_bytes": POISON_MIN,
+                "max_bytes": POISON_MAX_LEAN if self.host else POISON_MAX}
 
 
-def trusted_bytes(fp: Footprint, window: int, ref64_host: bool) -> int:
-    """The evaluator's share under a plan: the model (and its float64 copy while the float64
-    references are made), set 0 and the resident extra sets, `window` streamed sets, and the
-    largest transient: a float64 reference forward (its inputs and peak in float64) or a
-    comparison (bounded by its slices)."""
-    resident = (1 + window) * _per_set(fp, ref64_host) + fp.resident_extra_bytes
-    fp64_forward = 2 * (fp.param_bytes + fp.input_bytes + fp.ref_peak_bytes + fp.output_bytes) \
-        if fp.float_output else 0
+def poison_bytes(fp: Footprint, host: bool) -> int:
+    out = fp.output_bytes
+    big = min(max(2 * out, POISON_MIN), POISON_MAX_LEAN if host else POISON_MAX)
+    return (1 if host else 2) * out + big
+
+
+def _per_set(fp: Footprint, host: bool) -> int:
+    """A resident set on the device: its arena slots (inputs and outputs), and unless the plan
+    keeps them on the host its pristine inputs, its float32 reference and its float64
+    reference."""
+    slots = fp.input_bytes + fp.output_bytes
+    if host:
+        return slots
+    ref64 = 2 * fp.output_bytes if fp.float_output else 0
+    return slots + fp.input_bytes + fp.output_bytes + ref64
+
+
+def candidate_bytes(fp: Footprint, host: bool = False) -> int:
+    """The candidate's share: its context, its copy of the parameters, the copy of the inputs
+    each timed call gets (timing.varied_copies; one alive at a time), and a forward (its peak,
+    outputs included) or the poisoned blocks, whichever is larger: the forward's outputs reuse
+    the poisoned blocks."""
+    forward = max(fp.ref_peak_bytes, poison_bytes(fp, host))
+    return CANDIDATE_CONTEXT + fp.param_bytes + fp.input_bytes + forward
+
+
+def trusted_bytes(fp: Footprint, window: int, host: bool) -> int:
+    """The evaluator's share under a plan: the model (and its float64 copy), set 0 and the
+    resident extra sets, `window` streamed sets, and the largest transient: a reference forward
+    (a copy of the inputs and its peak), a float64 reference forward (its inputs and peak in
+    float64) or a comparison (bounded by its slices)."""
+    extra = fp.resident_extra_bytes if host else 2 * fp.resident_extra_bytes
+    resident = (1 + window) * _per_set(fp, host) + extra
+    params64 = 2 * fp.param_bytes if fp.float_output else 0
+    forward = fp.input_bytes + fp.ref_peak_bytes
+    fp64_forward = 2 * forward if fp.float_output else 0
     compare = COMPARE_BYTES_PER_ELEM * min(fp.max_output_elems, COMPARE_CHUNK_ELEMS)
-    return fp.param_bytes + resident + max(fp64_forward, compare, fp.ref_peak_bytes)
+    return fp.param_bytes + params64 + resident + max(fp64_forward, forward, compare)
+
+
+def _plan(fp: Footprint, level: int, window: int, host: bool) -> Plan:
+    t = trusted_bytes(fp, window, host)
+    return Plan(level, window, host, t + candidate_bytes(fp, host) + FIXED_OVERHEAD, t, host)
 
 
 def make_plans(fp: Footprint) -> list[Plan]:
     """From the roomiest to the smallest: every streamed set resident (level 0), then windows
-    halved down to 1, then window 1 with the float64 references on the host."""
+    halved down to 1, then window 1 with the pristine inputs and the references on the host."""
     n = max(1, fp.n_streamed)
     windows = [n]
     while windows[-1] > 1:
         windows.append(max(1, windows[-1] // 2))
     shapes = [(w, False) for w in windows] + [(1, True)]
-    plans = []
-    for level, (w, host) in enumerate(shapes):
-        t = trusted_bytes(fp, w, host)
-        plans.append(Plan(level, w, host, t + candidate_bytes(fp) + FIXED_OVERHEAD, t))
-    return plans
+    return [_plan(fp, level, w, host) for level, (w, host) in enumerate(shapes)]
+
+
+def comfort_bytes(fp: Footprint) -> int:
+    return COMFORT_FACTOR * fp.set_bytes() + COMFORT_SLACK
 
 
 def choose(fp: Footprint, free: int | None, min_level: int = 0) -> Plan | None:
-    """The first plan from min_level on that fits `free` bytes (None: no limit known, the
-    CPU: the roomiest); None when none fits."""
-    plans = make_plans(fp)
-    for p in plans[min_level:]:
-        if free is None or p.need_bytes <= free:
-            return p
-    return None
+    """The first plan from min_level on that fits `free` bytes and the comfort bound, else the
+    smallest, when it fits `free` (None: no limit known, the CPU: the roomiest); None when none
+    fits. A roomier plan that overshoots the bound would leave the device nearly full on the
+    strength of an estimate; the smallest keeps the most in reserve."""
+    plans = make_plans(fp)[min_level:]
+    if free is None:
+        return plans[0] if plans else None
+    fitting = [p for p in plans if p.need_bytes <= free]
+    comfy = [p for p in fitting if p.need_bytes <= comfort_bytes(fp)]
+    if comfy:
+        return comfy[0]
+    return fitting[-1] if fitting else None
 
 
-def forced(fp: Footprint, window: int) -> Plan:
-    """The plan of evaluate.py --memory-window: `window` streamed sets at a time (level 1,
-    streamed even when all would fit)."""
+def forced(fp: Footprint, window: int, host: bool = False) -> Plan:
+    """The plan of evaluate.py --memory-window (and --memory-host): `window` streamed sets at a
+    time (level 1, streamed even when all would fit), on the host with host."""
     w = max(1, min(window, max(1, fp.n_streamed)))
-    t = trusted_bytes(fp, w, False)
-    return Plan(1, w, False, t + candidate_bytes(fp) + FIXED_OVERHEAD, t)
+    return _plan(fp, 1, w, host)
 
 
 def smallest(fp: Footprint) -> Plan:
@@ -139,8 +185,8 @@ def gib(n: int | float | None) -> str:
 def too_large_message(fp: Footprint, free: int) -> str:
     p = smallest(fp)
     return (f"the task needs {gib(p.need_bytes)} of GPU memory even with the smallest memory "
-            f"plan (one input set at a time, float64 reference on the host: the evaluator "
-            f"{gib(p.trusted_bytes)}, the candidate {gib(candidate_bytes(fp))}, overhead "
+            f"plan (one input set at a time, inputs and references on the host: the evaluator "
+            f"{gib(p.trusted_bytes)}, the candidate {gib(candidate_bytes(fp, True))}, overhead "
             f"{gib(FIXED_OVERHEAD)}), and the GPU has {gib(free)} free; one input set is "
             f"{gib(fp.input_bytes)} of inputs and {gib(fp.output_bytes)} of outputs, the "
             f"parameters {gib(fp.param_bytes)}, the reference's peak {gib(fp.ref_peak_bytes)}")
@@ -150,8 +196,9 @@ def describe(fp: Footprint, plan: Plan, free: int | None) -> dict[str, Any]:
     """result["memory"]'s plan part."""
     return {"footprint": asdict(fp), "free_bytes": free,
             "plan": {"level": plan.level, "window": plan.window, "chunked": plan.chunked,
-                     "ref64_host": plan.ref64_host, "need_bytes": plan.need_bytes,
-                     "trusted_bytes": plan.trusted_bytes,
+                     "ref64_host": plan.ref64_host, "host": plan.host,
+                     "need_bytes": plan.need_bytes, "trusted_bytes": plan.trusted_bytes,
+                     "candidate_bytes": candidate_bytes(fp, plan.host),
                      "candidate_budget_bytes": candidate_budget(plan, free)}}
 
 
@@ -176,8 +223,21 @@ def free_bytes(device: torch.device) -> int | None:
     return int(free + max(0, cached))
 
 
+# The job's device memory peaks. PyTorch keeps one peak per device, and measuring a single
+# forward's peak (forward_peak_begin) resets it: the peaks so far are folded in here first.
+_JOB_PEAK = {"allocated": 0, "reserved": 0}
+
+
+def _fold(device: torch.device) -> None:
+    _JOB_PEAK["allocated"] = max(_JOB_PEAK["allocated"],
+                                 int(torch.cuda.max_memory_allocated(device)))
+    _JOB_PEAK["reserved"] = max(_JOB_PEAK["reserved"],
+                                int(torch.cuda.max_memory_reserved(device)))
+
+
 def reset_peak(device: torch.device) -> int:
-    """Starts a peak measurement; returns the bytes allocated now (0 on the CPU)."""
+    """Starts the job's peak measurement; returns the bytes allocated now (0 on the CPU)."""
+    _JOB_PEAK.update(allocated=0, reserved=0)
     if device.type != "cuda":
         return 0
     torch.cuda.synchronize(device)
@@ -185,11 +245,40 @@ def reset_peak(device: torch.device) -> int:
     return int(torch.cuda.memory_allocated(device))
 
 
-def peak_since(device: torch.device, base: int) -> int:
+def job_peak(device: torch.device) -> dict[str, int]:
+    """The job's peaks so far: bytes allocated and reserved by this process (0 on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        _fold(device)
+    return dict(_JOB_PEAK)
+
+
+def forward_peak_begin(device: torch.device) -> int:
+    """Starts measuring one forward's own peak (the job's peaks kept); returns the base."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.synchronize(device)
+    _fold(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return int(torch.cuda.memory_allocated(device))
+
+
+def forward_peak_end(device: torch.device, base: int) -> int:
+    """The forward's peak above the base forward_peak_begin returned (0 on the CPU)."""
     if device.type != "cuda":
         return 0
     torch.cuda.synchronize(device)
     return max(0, int(torch.cuda.max_memory_allocated(device)) - base)
+
+
+def evaluator_overshot(device: torch.device, plan: Plan | None) -> bool:
+    """Whether this process (the evaluator) has reserved more device memory during the job
+    than the plan's share for it: then an out-of-memory error anywhere in the job, the
+    candidate's included, is the evaluator's. Measured on this side only: nothing the
+    candidate reports or does can make it true."""
+    if device.type != "cuda" or plan is None:
+        return False
+    return job_peak(device)["reserved"] > plan.trusted_bytes
 
 
 def release(device: torch.device) -> dict[str, Any]:

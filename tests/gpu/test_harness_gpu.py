@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import io
 import json
+import os
 import pathlib
 import runpy
 import subprocess
@@ -107,6 +108,8 @@ def evaluate(tmp_path: pathlib.Path, solution: str, so: pathlib.Path, *, new: st
     argv = ["--task", str(TASKS / f"{solution}.py"), "--candidate-dir", str(work),
             "--so", str(so), "--device", "cuda", "--budget-ms", "500", "--out", str(out),
             *args]
+    if "--sandbox" not in args and "--no-sandbox" not in args:
+        argv += sandbox_args()
     if subprocess_cli:
         proc = subprocess.run([sys.executable, str(EVALUATE), *argv], capture_output=True,
                               text=True, timeout=900)
@@ -118,6 +121,14 @@ def evaluate(tmp_path: pathlib.Path, solution: str, so: pathlib.Path, *, new: st
         stdout, stderr = so_buf.getvalue(), se_buf.getvalue()
     result = json.loads(out.read_text()) if out.exists() else {}
     return Run(rc, result, stdout, stderr)
+
+
+def sandbox_args() -> list[str]:
+    """--sandbox with the cuda-agent binary the run names (CA_BIN or CUDA_AGENT, as
+    tests/gpu/run.sh sets them, else build/cuda-agent), else --no-sandbox."""
+    binary = os.environ.get("CA_BIN") or os.environ.get("CUDA_AGENT") or \
+        str(ROOT / "build" / "cuda-agent")
+    return ["--sandbox", binary] if os.access(binary, os.X_OK) else ["--no-sandbox"]
 
 
 def check_stats(stats: dict, method: str) -> None:
@@ -259,6 +270,25 @@ def test_broken_candidate_fails_with_reason(tmp_path, built, case):
         assert rec["outputs"][0]["nonfinite_mismatches"] > 0, run
     if case == "segfault":
         assert "SIGSEGV" in run.failure["message"], run
+
+
+@pytest.mark.parametrize("case", ["ok", "mismatch", "unwritten", "mutate"])
+def test_the_host_memory_plan_gives_the_same_verdicts(tmp_path, built, case):
+    """The smallest memory plan (issue 22): pristine inputs and references in host memory,
+    outputs compared in the arena a slice at a time, the lean poisoning, the candidate held to
+    its budget; a correct candidate passes, broken ones fail as on the roomy plan."""
+    new = SWISH_NEW if case == "ok" else swish_variant(BROKEN[case])
+    run = evaluate(tmp_path, SWISH, built[SWISH], new=new,
+                   args=["--no-compile", "--memory-host"])
+    plan = run.result["memory"]["plan"]
+    assert plan["host"] is True and plan["window"] == 1, run
+    assert plan["candidate_budget_bytes"] > 0, run
+    if case == "ok":
+        assert run.rc == 0, run
+        assert run.result["verification"]["post_timing"]["ok"] is True, run
+        assert run.result["memory"]["candidate_peak"]["max_reserved_bytes"] > 0, run
+    else:
+        assert run.rc == 1 and run.failure["kind"] == EXPECTED[case], run
 
 
 def test_state_dict_mismatch(tmp_path, built):
