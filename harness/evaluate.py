@@ -44,7 +44,7 @@ from job import (  # noqa: E402,F401
 from inputs import (  # noqa: E402,F401
     DEFAULT_DERIVED_SHAPES, sha256_file, load_task, heavy_tailed_like, InputSet, draw_sets,
     shape_models, model_at, smaller_odd, size_names, validate_derived, choose_stress_scale,
-    growth, cpu_state, SetPrefetch, compute_reference, compute_reference64)
+    growth, cpu_state, SetPrefetch, check_reference64, compute_reference, compute_reference64)
 from compare import (  # noqa: E402,F401
     PRECISION_FACTOR, PRECISION_REL_FLOOR_EPS, MIN_EXTENSION_SHARE, first_true, unravel,
     compare_tensor, precision_record, set_label, check_set, check_reported, refused_record,
@@ -150,10 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-window", type=int, default=None,
                    help="stream the input sets of the task's own shape this many at a time "
                         "(default: as the memory plan decides from the task and the GPU)")
-    p.add_argument("--memory-host", action="store_true",
-                   help="the smallest memory plan's placement whatever fits: pristine inputs "
-                        "and references in host memory, the device holding the arena's slots "
-                        "(streamed as --memory-window says, default 1)")
+    p.add_argument("--memory-lazy", action="store_true",
+                   help="the smallest memory plan's way whatever fits: a set drawn from a "
+                        "recipe keeps only its arena slots, drawn again and its references "
+                        "made when compared (streamed as --memory-window says, default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -306,6 +306,8 @@ class Session:
         self.received = 0
         self.chunk_starts: list[int] = []
         self.prepare: Callable[[InputSet], None] = lambda s: None
+        self.restore: Callable[[InputSet], None] = lambda s: None
+        self.lazy = False  # memplan.Plan.lazy
         self.streamed: set[int] = set()  # indices of the sets drawn a group at a time
         self.cand_stats: dict[str, Any] | None = None
         self.cand_window: quality.Window | None = None  # the host's load while timed
@@ -356,6 +358,7 @@ class Session:
                     self.prepare(self.post)  # drawn now where the plan streams the sets
                     assert self.arena is not None
                     fill_inputs(self.arena, self.post, self.device)  # unseen till timed
+                    self.drop_if_lazy(self.post)
                     cand.send("post")
             elif mtype == "done" and phase == "timing":
                 self.note_candidate_memory(msg.get("memory"))
@@ -385,6 +388,7 @@ class Session:
         s = self.sets[self.received]
         t_cmp = time.monotonic()
         try:
+            self.restore(s)
             rec = check_reported(self.arena, s, msg, self.device, self.atol, self.rtol,
                                  self.opts.precision)
         except EvalError:
@@ -410,6 +414,8 @@ class Session:
         self.received += 1
         if s.index in self.streamed:
             s.release()  # compared: its memory goes back before the next group is drawn
+        else:
+            self.drop_if_lazy(s)
         if self.received in self.chunk_starts:
             self.next_chunk()
 
@@ -424,7 +430,15 @@ class Session:
                 break
             self.prepare(s)
             fill_inputs(self.arena, s, self.device)
+            self.drop_if_lazy(s)
         self.cand.send("next")
+
+    def drop_if_lazy(self, s: InputSet) -> None:
+        """Under a lazy plan, a set drawn from a recipe keeps nothing once it is in the arena
+        (or compared): restore() draws it again."""
+        if self.lazy and s.recipe is not None:
+            s.release()
+            memplan.trim(self.device)
 
     def on_post(self, msg: dict[str, Any]) -> None:
         """The forward after timing, on a set it has not seen: the same checks."""
@@ -434,6 +448,7 @@ class Session:
             raise EvalError("protocol", "the candidate reported an unexpected input set after "
                                         "timing", stage="timing")
         try:
+            self.restore(post)
             self.post_rec = check_reported(self.arena, post, msg, self.device, self.atol,
                                            self.rtol, self.opts.precision)
         except EvalError as e:
@@ -547,9 +562,9 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             ([post] if post is not None else [])
         fp = footprint_of(sets, streamed, state_bytes, ref_peak)
         forced = getattr(opts, "memory_window", None)
-        forced_host = bool(getattr(opts, "memory_host", False))
-        if (forced or forced_host) and min_level == 0:
-            plan = memplan.forced(fp, forced or 1, forced_host)
+        forced_lazy = bool(getattr(opts, "memory_lazy", False))
+        if (forced or forced_lazy) and min_level == 0:
+            plan = memplan.forced(fp, forced or 1, forced_lazy)
         else:
             plan = memplan.choose(fp, free0, min_level)
         if plan is None:
@@ -562,16 +577,11 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         result["memory"] = memplan.describe(fp, plan, free0)
         if plan.chunked:
             log(f"memory plan {plan.level}: {plan.window} of {len(streamed)} input sets at a "
-                f"time{', inputs and references on the host' if plan.host else ''}")
+                f"time{', drawn again when compared' if plan.lazy else ''}")
         chunked = plan.chunked
-        host = torch.device("cpu")
-        ref64_dev = host if plan.ref64_host else device
-        # A host plan: every set's pristine inputs and references go to host memory once its
-        # references are made (set 0's now); the device keeps the arena's slots.
-        home = host if plan.host and device.type == "cuda" else device
-        for s in sets + ([post] if post is not None else []):
-            s.home = home
-        sets[0].offload()
+        # A lazy plan: once in the arena, a set drawn from a recipe (set 0 too) keeps nothing
+        # else; it is drawn again and its references made when its outputs are compared.
+        ses.lazy = plan.lazy
         for s in streamed:
             if chunked and s.kind != "value-stress":
                 s.release()  # a prefetched draw: drawn again when its turn comes
@@ -603,8 +613,6 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             if s.kind not in ("derived-shape", "value-stress") and s is not sets[0] and \
                     s.orig is not None:
                 compute_reference(s.model or model, s, device)
-            if s.orig is not None:
-                s.offload()
         elapsed["setup_reference"] = time.monotonic() - t_ref32
         elapsed["setup"] = time.monotonic() - t_start
 
@@ -670,37 +678,55 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                 why64 = why64 or f"{type(exc).__name__}: {exc}"
 
         def reference64(s: InputSet) -> str | None:
-            why = compute_reference64(models64[s.model_index], s, device)
-            if s.ref64 is not None and plan.ref64_host:
-                s.ref64 = [x.to(ref64_dev) if isinstance(x, torch.Tensor) else x
-                           for x in s.ref64]
-            return why
+            return compute_reference64(models64[s.model_index], s, device)
+
+        def streaming_error(s: InputSet, why: str) -> EvalError:
+            return EvalError("infrastructure", f"input set {s.index} cannot be streamed under "
+                                               f"the memory plan: {why}", {"reason": "streaming"})
 
         def prepare(s: InputSet) -> None:
-            """A streamed set drawn now, with its references, checked against its slots."""
-            if s.orig is not None and s.ref:
+            """A streamed set drawn now, checked against its slots, with its references (a lazy
+            plan: the references wait for restore())."""
+            if s.orig is not None and (s.ref or plan.lazy):
                 return
             s.materialize()
+            if plan.lazy:
+                why = check_streamed(s, outputs=False)
+                if why is not None:
+                    raise streaming_error(s, why)
+                return
             compute_reference(s.model or model, s, device)
             why = check_streamed(s)
             if why is not None:
-                raise EvalError("infrastructure", f"input set {s.index} cannot be streamed "
-                                                  f"under the memory plan: {why}",
-                                {"reason": "streaming"})
+                raise streaming_error(s, why)
             reference64(s)
-            s.offload()
+
+        def restore(s: InputSet) -> None:
+            """A lazy plan's set, about to be compared: drawn again (the same values: its own
+            secret seed), its references made."""
+            if not plan.lazy or s.recipe is None or s.ref:
+                return
+            s.materialize()
+            reference64(s)  # first, while nothing else of the set's is on the device
+            compute_reference(s.model or model, s, device)
+            check_reference64(s)
+            why = check_streamed(s)
+            if why is not None:
+                raise streaming_error(s, why)
 
         ses.sets, ses.post = sets, post
         ses.prepare = prepare if chunked else (lambda s: None)
+        ses.restore = restore
         first_group = len(sets) if not ses.chunk_starts else ses.chunk_starts[0]
+        out_bytes = [nbytes(x) for x in sets[0].ref]
         for s in sets:  # the post-timing set is written only once the timing is over
             if chunked and s.index in ses.streamed:
                 if s.index >= first_group:
                     continue
                 prepare(s)
             fill_inputs(arena, s, device)
+            ses.drop_if_lazy(s)
         elapsed["job_files"] = time.monotonic() - t_job
-        out_bytes = [nbytes(x) for x in sets[0].ref]
         job = {
             "device": str(device),
             "rules": opts.rules,
@@ -736,6 +762,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             raise EvalError("infrastructure", f"the candidate process could not start: {why}",
                             {"output_tail": cand.output_tail()}, stage="setup")
         result["isolation"] = cand.isolation_record()
+        memplan.trim(device)  # the setup's transients, reserved still: the candidate's now
         cand.start_job(opts.timeout, [arena.fd])
 
         # -- float64 references (while the candidate starts) of the sets drawn already
@@ -831,7 +858,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         # -- baselines (this process), speed of light
         t_base = time.monotonic()
         key = baseline_key(task_sha, dev, opts.precision, opts.timing)
-        sets[0].offload(device)  # a host plan: the baselines time device inputs
+        restore(sets[0])  # a lazy plan: the baselines time set 0's inputs
         base, cached = measure_baselines(opts, model, sets[0], device, key, log)
         elapsed["baselines"] = time.monotonic() - t_base
         result["timing"], flags = timing_section(opts, dev, sets[0], state_bytes, cand_stats,

@@ -32,6 +32,12 @@ MAX_EXTRA_SHAPES = 8
 # that get_inputs() reads are tried as sizes.
 DEFAULT_DERIVED_SHAPES = 2
 MAX_SIZE_PROBES = 8
+# A derived set's inputs stay below this share of the task's own (or DERIVED_MIN_CAP_BYTES,
+# whichever is larger): the size is quartered again until they do. A derived set has no recipe
+# and stays whole on the device whatever the memory plan; on a task of 16 GiB of inputs two
+# sets at a quarter of a dimension would hold 8 GiB (issue 22).
+DERIVED_MAX_SHARE = 16
+DERIVED_MIN_CAP_BYTES = 64 << 20
 # Value stress: the floating inputs scaled by the largest of these factors at which the
 # reference stays finite, in float64 and in float32 alike.
 STRESS_FACTORS = (1000.0, 100.0, 10.0)
@@ -139,9 +145,6 @@ class InputSet:
         # "random", "adversarial", "value-stress", "shape", "derived-shape" or "post-timing"
         self.kind = kind
         self.device = device
-        # Where its pristine inputs and references are kept: the device, or the host under a
-        # memory plan that keeps them there (memplan.Plan.host; offload()).
-        self.home = device
         # How to draw it again (from its secret seed): a set of the task's own shape that a
         # memory plan streams is drawn when its turn comes and dropped once compared.
         self.recipe = recipe
@@ -184,20 +187,6 @@ class InputSet:
             drawn = [x * self.scale if k in self.scaled_inputs else x
                      for k, x in enumerate(drawn)]
         self.orig = [to_device(clone_arg(x), self.device) for x in drawn]
-
-    def offload(self, home: torch.device | None = None) -> None:
-        """Moves the set's pristine inputs and references to `home` (default: self.home) and
-        keeps them there from now on (a host memory plan frees the device this way)."""
-        if home is not None:
-            self.home = home
-
-        def moved(xs: list[Any] | None) -> list[Any] | None:
-            if xs is None:
-                return None
-            return [x.to(self.home) if isinstance(x, torch.Tensor) and x.device != self.home
-                    else x for x in xs]
-        self.orig, self.ref, self.ref64 = moved(self.orig), moved(self.ref) or [], \
-            moved(self.ref64)
 
     def release(self) -> None:
         """Drops the set's tensors (inputs, references) once it has been compared or before
@@ -484,6 +473,7 @@ def derive_shapes(task: Any, base: list[Any], limit: int, first_index: int,
     with the reason when unusable) and why there is none (None when there is one)."""
     notes: list[dict[str, Any]] = []
     base_bytes = sum(nbytes(x) for x in base)
+    cap = max(base_bytes // DERIVED_MAX_SHARE, DERIVED_MIN_CAP_BYTES)
     lead = next((k for k, x in enumerate(base) if isinstance(x, torch.Tensor) and x.dim() >= 1),
                 None)
     default_init: list[Any] | None = None
@@ -501,6 +491,12 @@ def derive_shapes(task: Any, base: list[Any], limit: int, first_index: int,
         torch.manual_seed(secret_seed())
         try:
             drawn = draw_with(task, sizes, device)
+            while sum(nbytes(x) for x in drawn) > cap and d > 1 and \
+                    (smaller := smaller_odd(d)) is not None and smaller < d:
+                d, sizes = smaller, {name: smaller}
+                del drawn
+                torch.manual_seed(secret_seed())
+                drawn = draw_with(task, sizes, device)
             init = init_with(task, sizes)
             if default_init is None:
                 default_init = init_with(task, {})
@@ -547,6 +543,11 @@ def derive_shapes(task: Any, base: list[Any], limit: int, first_index: int,
         tensors = [x for x in base if isinstance(x, torch.Tensor) and x.dim() >= 1]
         leads = {int(x.shape[0]) for x in tensors}
         size = smaller_odd(next(iter(leads))) if len(leads) == 1 else None
+        lead_n = next(iter(leads)) if len(leads) == 1 else 0
+        while size is not None and size > 1 and lead_n and \
+                base_bytes * size // lead_n > cap and (smaller := smaller_odd(size)) and \
+                smaller < size:
+            size = smaller
         if size is None:
             why = ("no module-level int that get_inputs() reads changes the inputs' shapes, and "
                    "the tensor inputs share no leading dimension of 2 or more to slice")
@@ -641,8 +642,14 @@ def choose_stress_scale(s: InputSet, model: torch.nn.Module,
     return False
 
 
+# Elements per slice of the value-stress checks below: their temporaries stay bounded
+# (compare.COMPARE_CHUNK_ELEMS is the same bound for the comparisons).
+STRESS_CHUNK_ELEMS = 1 << 26
+
+
 def stress_rejection(base_ref: list[Any], ref: list[Any], ref64: list[Any] | None) -> str | None:
-    """Why a scaled set's references are unusable (choose_stress_scale), or None."""
+    """Why a scaled set's references are unusable (choose_stress_scale), or None. Outputs are
+    checked in flat slices of STRESS_CHUNK_ELEMS elements."""
     for j, (b, r) in enumerate(zip(base_ref, ref)):
         if not isinstance(r, torch.Tensor):
             if isinstance(r, float) and isinstance(b, float) and math.isfinite(b) and \
@@ -653,19 +660,38 @@ def stress_rejection(base_ref: list[Any], ref: list[Any], ref64: list[Any] | Non
             continue
         if not isinstance(b, torch.Tensor) or b.shape != r.shape:
             return f"output {j}'s shape depends on the input values"
-        finite = torch.isfinite(b)
         r64 = ref64[j] if ref64 is not None else None
-        if isinstance(r64, torch.Tensor) and r64.shape == r.shape:
-            c = r64.to(r.dtype)
-            if bool((finite & ~torch.isfinite(c)).any()):
-                return (f"output {j} of the float64 reference is not finite in {r.dtype} where "
-                        "the unscaled one is")
-            if not bool((torch.isfinite(r) == torch.isfinite(c)).all()):
-                return (f"output {j} of the {r.dtype} reference is not finite where the float64 "
-                        "one is (the task's own reference cannot be trusted at that scale)")
-        elif bool((finite & ~torch.isfinite(r)).any()):
-            return f"output {j} of the reference is not finite where the unscaled one is"
+        with64 = isinstance(r64, torch.Tensor) and r64.shape == r.shape
+        bf, rf = b.reshape(-1), r.reshape(-1)
+        r64f = r64.reshape(-1) if with64 else None
+        for st in range(0, rf.numel(), STRESS_CHUNK_ELEMS):
+            end = st + STRESS_CHUNK_ELEMS
+            finite = torch.isfinite(bf[st:end])
+            if r64f is not None:
+                fin_c = torch.isfinite(r64f[st:end].to(r.dtype))
+                if bool((finite & ~fin_c).any()):
+                    return (f"output {j} of the float64 reference is not finite in {r.dtype} "
+                            "where the unscaled one is")
+                if not bool((torch.isfinite(rf[st:end]) == fin_c).all()):
+                    return (f"output {j} of the {r.dtype} reference is not finite where the "
+                            "float64 one is (the task's own reference cannot be trusted at that "
+                            "scale)")
+            elif bool((finite & ~torch.isfinite(rf[st:end])).any()):
+                return f"output {j} of the reference is not finite where the unscaled one is"
     return None
+
+
+def rms_finite(t: torch.Tensor) -> float:
+    """The RMS of a tensor's finite elements (0 when none), in float64, a slice at a time."""
+    tf = t.detach().reshape(-1)
+    total, n = 0.0, 0
+    for st in range(0, tf.numel(), STRESS_CHUNK_ELEMS):
+        x = tf[st:st + STRESS_CHUNK_ELEMS].to(torch.float64)
+        x = x[torch.isfinite(x)]
+        total += float((x * x).sum())
+        n += x.numel()
+        del x
+    return math.sqrt(total / n) if n else 0.0
 
 
 def growth(b: Any, r: Any) -> float:
@@ -673,13 +699,7 @@ def growth(b: Any, r: Any) -> float:
     if not (isinstance(b, torch.Tensor) and isinstance(r, torch.Tensor)
             and r.is_floating_point() and r.numel()):
         return 1.0
-
-    def rms(t: torch.Tensor) -> float:
-        t = t.detach().to(torch.float64)
-        t = t[torch.isfinite(t)]
-        return math.sqrt(float((t * t).mean())) if t.numel() else 0.0
-
-    rb, rr = rms(b), rms(r)
+    rb, rr = rms_finite(b), rms_finite(r)
     return max(1.0, rr / rb) if rb > 0 and math.isfinite(rr / rb) else 1.0
 
 
@@ -746,22 +766,19 @@ class SetPrefetch:
 
 
 def compute_reference(model: torch.nn.Module, s: InputSet, device: torch.device) -> int:
-    """Fills s.ref (kept where the set lives, s.home) and s.ref_mutated; returns the forward's
-    own peak device memory above its arguments (its outputs and temporaries; 0 on the CPU)."""
+    """Fills s.ref and s.ref_mutated; returns the forward's own peak device memory above its
+    arguments (its outputs and temporaries; 0 on the CPU)."""
     args = [x.to(device, copy=True) if isinstance(x, torch.Tensor) else x for x in s.orig]
     base = memplan.forward_peak_begin(device)
     with torch.no_grad():
         out = task_call(f"Model.forward on input set {s.index}", lambda: model(*args))
     peak = memplan.forward_peak_end(device, base)
     try:
-        ref = [x.detach() if isinstance(x, torch.Tensor) else x
-               for x in hu.flatten_outputs(out)]
+        s.ref = [x.detach() if isinstance(x, torch.Tensor) else x
+                 for x in hu.flatten_outputs(out)]
     except TypeError as exc:
         raise EvalError("task_error", f"Model's output: {exc}", stage="setup")
     del out
-    s.ref = [x.to(s.home) if isinstance(x, torch.Tensor) and x.device != s.home else x
-             for x in ref]
-    del ref
     s.ref_mutated = [k for k, (a, o) in enumerate(zip(args, s.orig))
                      if isinstance(o, torch.Tensor)
                      and not (a.shape == o.shape and a.dtype == o.dtype
@@ -771,12 +788,12 @@ def compute_reference(model: torch.nn.Module, s: InputSet, device: torch.device)
 
 def compute_reference64(model64: torch.nn.Module | None, s: InputSet,
                         device: torch.device | None = None) -> str | None:
-    """Fills s.ref64 (kept where the set lives, s.home), computed on `device` (default: where
-    the set's inputs are); returns why it is unavailable, or None."""
+    """Fills s.ref64, computed on `device` (default: where the set's inputs are); returns why
+    it is unavailable, or None."""
     if model64 is None:
         return "no float64 model"
     if device is None:
-        device = next((x.device for x in s.orig if isinstance(x, torch.Tensor)), s.home)
+        device = next((x.device for x in s.orig if isinstance(x, torch.Tensor)), s.device)
     args = [x.to(device, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
             else (x.to(device, copy=True) if isinstance(x, torch.Tensor) else x)
             for x in s.orig]
@@ -784,7 +801,7 @@ def compute_reference64(model64: torch.nn.Module | None, s: InputSet,
         with torch.no_grad():
             out = model64(*args)
         del args
-        s.ref64 = [x.detach().to(s.home) if isinstance(x, torch.Tensor) else x
+        s.ref64 = [x.detach() if isinstance(x, torch.Tensor) else x
                    for x in hu.flatten_outputs(out)]
         del out
     except Exception as exc:  # the float64 reference is best effort
@@ -792,7 +809,14 @@ def compute_reference64(model64: torch.nn.Module | None, s: InputSet,
         if is_oom(exc):
             raise
         return f"{type(exc).__name__}: {exc}"
-    if len(s.ref64) != len(s.ref):
+    return check_reference64(s)
+
+
+def check_reference64(s: InputSet) -> str | None:
+    """Drops a float64 reference with another number of outputs than the float32 one (not
+    checked while the float32 reference is not made yet: evaluate's restore() makes it
+    second)."""
+    if s.ref64 is not None and s.ref and len(s.ref64) != len(s.ref):
         s.ref64 = None
         return "the float64 model returned a different number of outputs"
     return None

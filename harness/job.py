@@ -102,12 +102,7 @@ def received_outputs(arena: ar.Arena, s: InputSet, meta: Any) -> list[Any]:
             raise EvalError("protocol", f"input set {s.index}: the candidate did not deliver "
                                         f"output {j}", {"set": s.index, "output": j})
         view = arena.view(s.out_slots[j]["offset"], dtype, shape)
-        if r.device.type == "cpu" and view.device.type != "cpu":
-            # A host plan's reference: compared against the arena's slot where it lies, a
-            # slice at a time (no device copy of an output that may be GiBs).
-            outs.append(view)
-        else:
-            outs.append(view.to(r.device, copy=True))
+        outs.append(view.to(r.device, copy=True))
     return outs
 
 
@@ -135,11 +130,11 @@ def lay_out_streamed(resident: list[InputSet], streamed: list[InputSet], window:
     return layout.size
 
 
-def check_streamed(s: InputSet) -> str | None:
+def check_streamed(s: InputSet, outputs: bool = True) -> str | None:
     """Why a streamed set, drawn now, does not fit the slots laid out for it from set 0 (its
-    inputs' or the reference outputs' sizes differ), or None."""
+    inputs' or, with outputs, the reference outputs' sizes differ), or None."""
     assert s.orig is not None
-    if len(s.orig) != len(s.slots) or len(s.ref) != len(s.out_slots):
+    if len(s.orig) != len(s.slots) or outputs and len(s.ref) != len(s.out_slots):
         return "its number of inputs or outputs differs from set 0's"
     for k, (x, slot) in enumerate(zip(s.orig, s.slots)):
         if isinstance(x, torch.Tensor) != (slot["kind"] == "tensor"):
@@ -149,7 +144,7 @@ def check_streamed(s: InputSet) -> str | None:
             return f"input {k}'s shape or dtype differs from set 0's"
         if not isinstance(x, torch.Tensor) and input_value(x, s.index, k) != slot["value"]:
             return f"input {k}'s value differs from set 0's"
-    for j, (r, o) in enumerate(zip(s.ref, s.out_slots)):
+    for j, (r, o) in enumerate(zip(s.ref if outputs else [], s.out_slots)):
         if nbytes(r) != o["nbytes"]:
             return f"the reference's output {j} has another size than on set 0"
     return None

@@ -5,11 +5,12 @@ footprint is measured on input set 0 (Footprint: its inputs, the reference's out
 parameters, and the reference forward's own peak above its arguments, outputs included, from
 torch.cuda.max_memory_allocated). A plan says how many of the streamed input sets (random,
 adversarial, value-stress, post-timing: all of the task's own shape) are resident at once
-beside set 0 (`window`), and whether the sets' pristine inputs and references live in host
-memory (`host`: the device then holds only the arena's slots, and the candidate's freed memory
-is poisoned with one block per output rather than two and a large one). make_plans() lists the
-plans from the roomiest (everything resident: the evaluation as it always ran) to the smallest
-(one streamed set at a time, everything but the arena on the host); choose() takes the first
+beside set 0 (`window`), and whether the sets drawn from a recipe keep anything besides their
+arena slots (`lazy`: they keep nothing; their pristine inputs are drawn again from their secret
+seeds and their references computed again when their outputs are compared, and the candidate's
+freed memory is poisoned with one block per output rather than two and a large one).
+make_plans() lists the plans from the roomiest (everything resident: the evaluation as it always
+ran) to the smallest (one streamed set at a time, lazy); choose() takes the first
 that fits both the GPU's free memory (torch.cuda.mem_get_info) with the candidate's share left
 over and the comfort bound (COMFORT_FACTOR times the footprint plus COMFORT_SLACK), else the
 smallest, if it fits the free memory. None fitting: the task is refused up front with the numbers
@@ -37,7 +38,7 @@ FIXED_OVERHEAD = GIB
 # The candidate process's CUDA context and PyTorch's start-up allocations.
 CANDIDATE_CONTEXT = GIB // 2
 # Comparisons run on slices of at most this many elements (compare.COMPARE_CHUNK_ELEMS), so
-# their temporaries (float64 differences, masks, precision sums, a host reference's slice
+# their temporaries (float64 differences, masks, precision sums, a reference slice
 # moved in) stay bounded; about 24 bytes per element of the slice are alive at once.
 COMPARE_CHUNK_ELEMS = 1 << 26
 COMPARE_BYTES_PER_ELEM = 24
@@ -49,7 +50,7 @@ PREFETCH_BUDGET = 4 * GIB
 COMFORT_FACTOR = 3
 COMFORT_SLACK = 8 * GIB
 # The candidate's poisoning (candidate._poison): per output size, two blocks (one under a
-# host plan), and one more block of twice the outputs' total clamped to [min, max].
+# lazy plan), and one more block of twice the outputs' total clamped to [min, max].
 POISON_MIN = 32 * MIB
 POISON_MAX = 8 * GIB
 POISON_MAX_LEAN = GIB
@@ -75,10 +76,9 @@ class Footprint:
 class Plan:
     level: int          # 0: everything resident (the evaluation as it always ran)
     window: int         # streamed sets resident at once beside set 0 (>= 1)
-    ref64_host: bool    # float64 references kept in host memory, moved in per comparison
     need_bytes: int     # what this plan needs on the device, the candidate's share included
     trusted_bytes: int  # of which the evaluator's own (the rest is the candidate's budget)
-    host: bool = False  # pristine inputs and float32 references in host memory too
+    lazy: bool = False  # recipe sets keep only their arena slots (drawn and computed again)
 
     @property
     def chunked(self) -> bool:
@@ -88,64 +88,75 @@ class Plan:
     def poison(self) -> dict[str, int]:
         """job.json's "poison" (candidate._poison): copies per output size, the large block's
         bounds."""
-        return {"copies": 1 if self.host else 2, "min_bytes": POISON_MIN,
-                "max_bytes": POISON_MAX_LEAN if self.host else POISON_MAX}
+        return {"copies": 1 if self.lazy else 2, "min_bytes": POISON_MIN,
+                "max_bytes": POISON_MAX_LEAN if self.lazy else POISON_MAX}
 
 
-def poison_bytes(fp: Footprint, host: bool) -> int:
+def poison_bytes(fp: Footprint, lazy: bool) -> int:
     out = fp.output_bytes
-    big = min(max(2 * out, POISON_MIN), POISON_MAX_LEAN if host else POISON_MAX)
-    return (1 if host else 2) * out + big
+    big = min(max(2 * out, POISON_MIN), POISON_MAX_LEAN if lazy else POISON_MAX)
+    return (1 if lazy else 2) * out + big
 
 
-def _per_set(fp: Footprint, host: bool) -> int:
+def _per_set(fp: Footprint, lazy: bool) -> int:
     """A resident set on the device: its arena slots (inputs and outputs), and unless the plan
-    keeps them on the host its pristine inputs, its float32 reference and its float64
-    reference."""
+    is lazy its pristine inputs, its float32 reference and its float64 reference."""
     slots = fp.input_bytes + fp.output_bytes
-    if host:
+    if lazy:
         return slots
     ref64 = 2 * fp.output_bytes if fp.float_output else 0
     return slots + fp.input_bytes + fp.output_bytes + ref64
 
 
-def candidate_bytes(fp: Footprint, host: bool = False) -> int:
+def candidate_bytes(fp: Footprint, lazy: bool = False) -> int:
     """The candidate's share: its context, its copy of the parameters, the copy of the inputs
     each timed call gets (timing.varied_copies; one alive at a time), and a forward (its peak,
     outputs included) or the poisoned blocks, whichever is larger: the forward's outputs reuse
     the poisoned blocks."""
-    forward = max(fp.ref_peak_bytes, poison_bytes(fp, host))
+    forward = max(fp.ref_peak_bytes, poison_bytes(fp, lazy))
     return CANDIDATE_CONTEXT + fp.param_bytes + fp.input_bytes + forward
 
 
-def trusted_bytes(fp: Footprint, window: int, host: bool) -> int:
+def trusted_bytes(fp: Footprint, window: int, lazy: bool) -> int:
     """The evaluator's share under a plan: the model (and its float64 copy), set 0 and the
-    resident extra sets, `window` streamed sets, and the largest transient: a reference forward
-    (a copy of the inputs and its peak), a float64 reference forward (its inputs and peak in
-    float64) or a comparison (bounded by its slices)."""
-    extra = fp.resident_extra_bytes if host else 2 * fp.resident_extra_bytes
-    resident = (1 + window) * _per_set(fp, host) + extra
+    resident extra sets (derived and extra shapes), `window` streamed sets, and the largest
+    transient: a reference forward (a copy of the inputs and its peak), a float64 reference
+    forward (its inputs and peak in float64) or a comparison (the candidate's outputs copied
+    out of the arena, the slices' temporaries). Under a lazy plan the set compared is drawn
+    again and its references made then, in this order (evaluate's restore()): its inputs stay
+    alive throughout, the float64 forward runs first, then the float32 one beside the float64
+    reference, then the comparison beside both references."""
     params64 = 2 * fp.param_bytes if fp.float_output else 0
     forward = fp.input_bytes + fp.ref_peak_bytes
     fp64_forward = 2 * forward if fp.float_output else 0
-    compare = COMPARE_BYTES_PER_ELEM * min(fp.max_output_elems, COMPARE_CHUNK_ELEMS)
-    return fp.param_bytes + params64 + resident + max(fp64_forward, forward, compare)
+    ref64 = 2 * fp.output_bytes if fp.float_output else 0
+    compare = fp.output_bytes + COMPARE_BYTES_PER_ELEM * min(fp.max_output_elems,
+                                                             COMPARE_CHUNK_ELEMS)
+    # The derived and extra-shape sets have no recipe: kept whole whatever the plan.
+    if lazy:
+        resident = (1 + window) * _per_set(fp, True) + 2 * fp.resident_extra_bytes
+        transient = fp.input_bytes + max(fp64_forward, ref64 + forward,
+                                         ref64 + fp.output_bytes + compare)
+    else:
+        resident = (1 + window) * _per_set(fp, False) + 2 * fp.resident_extra_bytes
+        transient = max(fp64_forward, forward, compare)
+    return fp.param_bytes + params64 + resident + transient
 
 
-def _plan(fp: Footprint, level: int, window: int, host: bool) -> Plan:
-    t = trusted_bytes(fp, window, host)
-    return Plan(level, window, host, t + candidate_bytes(fp, host) + FIXED_OVERHEAD, t, host)
+def _plan(fp: Footprint, level: int, window: int, lazy: bool) -> Plan:
+    t = trusted_bytes(fp, window, lazy)
+    return Plan(level, window, t + candidate_bytes(fp, lazy) + FIXED_OVERHEAD, t, lazy)
 
 
 def make_plans(fp: Footprint) -> list[Plan]:
     """From the roomiest to the smallest: every streamed set resident (level 0), then windows
-    halved down to 1, then window 1 with the pristine inputs and the references on the host."""
+    halved down to 1, then window 1, lazy."""
     n = max(1, fp.n_streamed)
     windows = [n]
     while windows[-1] > 1:
         windows.append(max(1, windows[-1] // 2))
     shapes = [(w, False) for w in windows] + [(1, True)]
-    return [_plan(fp, level, w, host) for level, (w, host) in enumerate(shapes)]
+    return [_plan(fp, level, w, lazy) for level, (w, lazy) in enumerate(shapes)]
 
 
 def comfort_bytes(fp: Footprint) -> int:
@@ -167,11 +178,11 @@ def choose(fp: Footprint, free: int | None, min_level: int = 0) -> Plan | None:
     return fitting[-1] if fitting else None
 
 
-def forced(fp: Footprint, window: int, host: bool = False) -> Plan:
-    """The plan of evaluate.py --memory-window (and --memory-host): `window` streamed sets at a
-    time (level 1, streamed even when all would fit), on the host with host."""
+def forced(fp: Footprint, window: int, lazy: bool = False) -> Plan:
+    """The plan of evaluate.py --memory-window (and --memory-lazy): `window` streamed sets at a
+    time (level 1, streamed even when all would fit), lazy with lazy."""
     w = max(1, min(window, max(1, fp.n_streamed)))
-    return _plan(fp, 1, w, host)
+    return _plan(fp, 1, w, lazy)
 
 
 def smallest(fp: Footprint) -> Plan:
@@ -185,7 +196,7 @@ def gib(n: int | float | None) -> str:
 def too_large_message(fp: Footprint, free: int) -> str:
     p = smallest(fp)
     return (f"the task needs {gib(p.need_bytes)} of GPU memory even with the smallest memory "
-            f"plan (one input set at a time, inputs and references on the host: the evaluator "
+            f"plan (one input set at a time, drawn again and its references made when compared: the evaluator "
             f"{gib(p.trusted_bytes)}, the candidate {gib(candidate_bytes(fp, True))}, overhead "
             f"{gib(FIXED_OVERHEAD)}), and the GPU has {gib(free)} free; one input set is "
             f"{gib(fp.input_bytes)} of inputs and {gib(fp.output_bytes)} of outputs, the "
@@ -196,9 +207,9 @@ def describe(fp: Footprint, plan: Plan, free: int | None) -> dict[str, Any]:
     """result["memory"]'s plan part."""
     return {"footprint": asdict(fp), "free_bytes": free,
             "plan": {"level": plan.level, "window": plan.window, "chunked": plan.chunked,
-                     "ref64_host": plan.ref64_host, "host": plan.host,
+                     "lazy": plan.lazy,
                      "need_bytes": plan.need_bytes, "trusted_bytes": plan.trusted_bytes,
-                     "candidate_bytes": candidate_bytes(fp, plan.host),
+                     "candidate_bytes": candidate_bytes(fp, plan.lazy),
                      "candidate_budget_bytes": candidate_budget(plan, free)}}
 
 
@@ -279,6 +290,14 @@ def evaluator_overshot(device: torch.device, plan: Plan | None) -> bool:
     if device.type != "cuda" or plan is None:
         return False
     return job_peak(device)["reserved"] > plan.trusted_bytes
+
+
+def trim(device: torch.device) -> None:
+    """Gives the caching allocator's free blocks back to the device (the evaluator's transients
+    of the setup, or of a lazy plan's comparison, left for the candidate to use)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
 
 
 def release(device: torch.device) -> dict[str, Any]:

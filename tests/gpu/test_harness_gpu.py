@@ -273,15 +273,15 @@ def test_broken_candidate_fails_with_reason(tmp_path, built, case):
 
 
 @pytest.mark.parametrize("case", ["ok", "mismatch", "unwritten", "mutate"])
-def test_the_host_memory_plan_gives_the_same_verdicts(tmp_path, built, case):
-    """The smallest memory plan (issue 22): pristine inputs and references in host memory,
-    outputs compared in the arena a slice at a time, the lean poisoning, the candidate held to
-    its budget; a correct candidate passes, broken ones fail as on the roomy plan."""
+def test_the_lazy_memory_plan_gives_the_same_verdicts(tmp_path, built, case):
+    """The smallest memory plan (issue 22): every set drawn from a recipe keeps only its arena
+    slots, drawn again and its references made when compared; the lean poisoning; the candidate
+    held to its budget. A correct candidate passes, broken ones fail as on the roomy plan."""
     new = SWISH_NEW if case == "ok" else swish_variant(BROKEN[case])
     run = evaluate(tmp_path, SWISH, built[SWISH], new=new,
-                   args=["--no-compile", "--memory-host"])
+                   args=["--no-compile", "--memory-lazy"])
     plan = run.result["memory"]["plan"]
-    assert plan["host"] is True and plan["window"] == 1, run
+    assert plan["lazy"] is True and plan["window"] == 1, run
     assert plan["candidate_budget_bytes"] > 0, run
     if case == "ok":
         assert run.rc == 0, run
