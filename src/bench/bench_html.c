@@ -51,6 +51,7 @@ static const char *CSS =
     "padding:0 16px}h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}"
     ".sub{color:#5b6477;margin:0 0 16px}table{border-collapse:collapse;width:100%}"
     "th,td{padding:4px 8px;border-bottom:1px solid #e3e6ee;text-align:right;white-space:nowrap}"
+    "#metrics{font-size:13px}#metrics th{white-space:normal;vertical-align:bottom}"
     "th:first-child,td:first-child{text-align:left}th{background:#f4f6fa;font-weight:600}"
     "tr.pub td{color:#5b6477;font-style:italic}tr.all td{font-weight:600}"
     "#tasks th{cursor:pointer;user-select:none}#tasks tr.t:hover{background:#f7f9fd;"
@@ -105,7 +106,8 @@ static int metrics_row(struct buf *b, const char *cls, const char *name,
 static int metrics_table(struct buf *b, const struct bench_metrics *m)
 {
     int rc = buf_addstr(
-        b, "<table id=\"metrics\"><thead><tr><th>level</th><th>tasks</th><th>with verdict</th>"
+        b, "<div style=\"overflow-x:auto\"><table "
+           "id=\"metrics\"><thead><tr><th>level</th><th>tasks</th><th>with verdict</th>"
            "<th>pass rate</th><th>faster than eager</th><th>faster than compile</th>"
            "<th>geomean vs eager</th><th>geomean vs compile</th><th>rewards -1/1/2/3</th>"
            "<th>infrastructure</th><th>pending</th><th>peak fraction (median)</th></tr></thead>"
@@ -132,14 +134,15 @@ static int metrics_table(struct buf *b, const struct bench_metrics *m)
                       p->system, pr, fe, fc, gc);
     }
     return rc ? rc
-              : buf_addstr(b, "</tbody></table>\n<p class=\"note\">Rates are over the tasks with "
-                              "a verdict: a failed task counts against them. Geometric means "
-                              "are over correct tasks only (the paper's definition). Faster "
-                              "means a speedup above 1, no margin. Tasks without a verdict "
-                              "(infrastructure failures, unfinished) are counted apart. Each "
-                              "task is scored by its best attempt. Published rows: DESIGN.md "
-                              "section 1 (KernelBench levels 1-3, 250 tasks, vs "
-                              "torch.compile).</p>\n");
+              : buf_addstr(
+                    b, "</tbody></table></div>\n<p class=\"note\">Rates are over the tasks with "
+                       "a verdict: a failed task counts against them. Geometric means "
+                       "are over correct tasks only (the paper's definition). Faster "
+                       "means a speedup above 1, no margin. Tasks without a verdict "
+                       "(infrastructure failures, unfinished) are counted apart. Each "
+                       "task is scored by its best attempt. Published rows: DESIGN.md "
+                       "section 1 (KernelBench levels 1-3, 250 tasks, vs "
+                       "torch.compile).</p>\n");
 }
 
 /* ---- SVG charts ---------------------------------------------------------------------------- */

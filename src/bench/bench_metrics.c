@@ -110,7 +110,7 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-static void compute_one(const struct bench_outcome *o, size_t n, int level,
+static void compute_one(const struct bench_outcome *o, size_t n, int level, bool any_compile,
                         struct bench_level_metrics *m)
 {
     memset(m, 0, sizeof(*m));
@@ -162,8 +162,9 @@ static void compute_one(const struct bench_outcome *o, size_t n, int level,
     m->pass_rate = (double)m->correct / v;
     m->faster_eager_rate = (double)m->faster_eager / v;
     /* Without any torch.compile timing (--no-compile-baseline) the rate is unknown, not 0. */
-    m->faster_compile_rate =
-        m->correct && !m->compile_measured ? NAN : (double)m->faster_compile / v;
+    /* Without any torch.compile timing in the run (--no-compile-baseline) the rate is
+     * unknown, not 0. */
+    m->faster_compile_rate = any_compile ? (double)m->faster_compile / v : NAN;
     m->geomean_eager = n_e ? exp(log_e / (double)n_e) : NAN;
     m->geomean_compile = m->compile_measured ? exp(log_c / (double)m->compile_measured) : NAN;
     m->peak_fraction_median = NAN;
@@ -178,13 +179,16 @@ static void compute_one(const struct bench_outcome *o, size_t n, int level,
 void bench_metrics_compute(const struct bench_outcome *o, size_t n, struct bench_metrics *m)
 {
     memset(m, 0, sizeof(*m));
-    compute_one(o, n, -1, &m->overall);
+    bool any_compile = false;
+    for (size_t i = 0; i < n; i++)
+        any_compile |= !isnan(o[i].speedup_compile);
+    compute_one(o, n, -1, any_compile, &m->overall);
     for (int l = 0; l <= BENCH_MAX_LEVEL; l++) {
         bool present = false;
         for (size_t i = 0; i < n && !present; i++)
             present = o[i].level == l;
         if (present)
-            compute_one(o, n, l, &m->levels[l]);
+            compute_one(o, n, l, any_compile, &m->levels[l]);
         else
             m->levels[l].level = l;
     }

@@ -358,9 +358,6 @@ static void env_from_report(struct bench_store *s, const json_t *report, bool *h
             (void)bench_store_set_env(s, keys[i][1], text, NULL);
         free(text);
     }
-    const char *rules = json_string_value(json_object_get(report, "rules"));
-    if (rules)
-        (void)bench_store_set_env(s, "rules", rules, NULL);
     *have = true;
 }
 

@@ -63,9 +63,12 @@ static void record_environment(struct bench_store *s, const char *device)
 {
     char host[256] = "";
     (void)gethostname(host, sizeof(host) - 1);
-    char ver[96], now[32];
+    char ver[96], now[32] = "";
     snprintf(ver, sizeof(ver), "%s (%s)", CA_VERSION, CA_GIT_REV);
-    snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
+    time_t t = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&t, &tm))
+        strftime(now, sizeof(now), "%Y-%m-%dT%H:%M:%SZ", &tm);
     (void)bench_store_set_env(s, "cuda_agent", ver, NULL);
     (void)bench_store_set_env(s, "commit", CA_GIT_REV, NULL);
     (void)bench_store_set_env(s, "host", host, NULL);
@@ -268,6 +271,7 @@ static int bench_run_cmd(int argc, char **argv)
     struct bench_plan plan = {0};
     struct bench_run_stats st = {0};
     int exit_code = CLI_OK;
+    bool created = access(db, F_OK) != 0;
     if ((rc = fs_mkdirs(files, 0755, &err)) || (rc = bench_store_open(db, cfg, &s, &err))) {
         exit_code = cli_fail(&err);
         goto out;
@@ -285,11 +289,35 @@ static int bench_run_cmd(int argc, char **argv)
     po.files_dir = files;
     if ((rc = bench_plan_build(&po, s, &plan, &err))) {
         exit_code = cli_fail(&err);
+        if (created) { /* a run refused at planning leaves nothing behind */
+            bench_store_free(s);
+            s = NULL;
+            const char *sfx[] = {"", "-wal", "-shm"};
+            for (size_t i = 0; i < ARRAY_SIZE(sfx); i++) {
+                char *p = xstrfmt("%s%s", db, sfx[i]);
+                unlink(p);
+                free(p);
+            }
+            if (fs_remove_tree(files, NULL))
+                fprintf(stderr, "cuda-agent: warning: could not remove %s\n", files);
+        }
         goto out;
     }
     for (size_t i = 0; i < plan.nwarnings; i++)
         fprintf(stderr, "cuda-agent: warning: %s\n", plan.warnings[i]);
-    record_environment(s, ro.device);
+    /* Only a run with work to do touches the database: a finished one run again changes
+     * nothing. */
+    bool work = false;
+    for (size_t i = 0; i < plan.n && !work; i++) {
+        bool done = false;
+        if ((rc = bench_store_finished(s, plan.attempts[i].id, &done, &err))) {
+            exit_code = cli_fail(&err);
+            goto out;
+        }
+        work = !done;
+    }
+    if (work)
+        record_environment(s, ro.device);
 
     ro.bin = eval_sandbox_bin();
     if (!ro.bin) {
