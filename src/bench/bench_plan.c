@@ -609,7 +609,7 @@ int bench_plan_build(const struct bench_plan_opts *o, struct bench_store *s, str
         /* One JSON object that is not a map line: the leaderboard's data.json. */
         if (!rc && t.len && t.p[0] == '{') {
             json_t *j = json_loadb(t.p, t.len, 0, NULL);
-            if (json_is_object(j) && !json_object_get(j, "solution"))
+            if (json_is_object(j) && !json_object_get(j, "solution") && !json_object_get(j, "task"))
                 pl.lb = j;
             else
                 json_decref(j);
