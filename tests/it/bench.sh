@@ -120,6 +120,13 @@ run "$CA" bench report --json "$PWD/lb.sqlite"
 assert "leaderboard: tasks named as KernelBench's" [ "$(j "[t['name'] for t in J['tasks']]")" = "['l1_1_Swish', 'l2_1_SwishScaled']" ]
 assert "leaderboard: labels and KernelBench's speedups kept" [ "$(j "sorted((a['label'], a['extra']['kernelbench_speedup']) for t in J['tasks'] for a in t['attempts'])")" = "[('model-a', 0.9), ('model-a', 1.3), ('model-b', 2.1)]" ]
 
+# -- workspaces: DIR/<task name>/ (the fake evaluator reads its FAKE file); a task without one fails
+mkdir -p "$PWD/ws/l1_1_Swish"
+cp "$FIX/fake/s_fast.py" "$PWD/ws/l1_1_Swish/FAKE"
+run bench --db ws.sqlite --workspaces "$PWD/ws" --tasks l1_1_Swish,l2_1_SwishScaled --no-html "$TASKS"
+expect "--workspaces" 0 "all       2       2   50.0%" "no workspace for 1 of 2 task(s)"
+assert "the workspace went to the evaluator" grep -q "\"workspace\": \"$PWD/ws/l1_1_Swish\"" "$SOCK.log"
+
 # -- the HTML report in headless Chromium
 "$PY" "$CA_REPO/tests/it/bench_html.py" a.html 4 "$PWD/a.png" >"$OUT" 2>"$ERR"
 case $? in
