@@ -171,6 +171,7 @@ static void plan_one(struct bench_store *s, struct bench_attempt *a)
     struct ca_err err = {0};
     REQUIRE(bench_store_begin(s, &err) == 0);
     REQUIRE(bench_store_add_task(s, "t1-abc", "l1_t1", 1, "t1.py", 42, "code", &err) == 0);
+    bench_attempt_release(a);
     a->task_id = xstrdup("t1-abc");
     a->key = xstrdup("file");
     a->source = xstrdup("/s.py");
