@@ -216,6 +216,7 @@ struct bench_run_opts {
 struct bench_run_stats {
     size_t total, skipped, done, failed, infra, errors;
     double wall_s;
+    double evaluator_start_s; /* starting the evaluator service (0: a running one was used) */
     bool interrupted;
 };
 

@@ -458,7 +458,10 @@ int bench_run(const struct bench_run_opts *o, struct bench_store *s, const struc
         if (o->tty)
             fprintf(stderr, "[bench] starting the evaluator service (log in %s/evaluator.log)",
                     o->files_dir);
-        if ((rc = evaluator_start(o, &ev, err))) {
+        int64_t e0 = ca_now_us();
+        rc = evaluator_start(o, &ev, err);
+        st->evaluator_start_s = (double)(ca_now_us() - e0) / 1e6;
+        if (rc) {
             evaluator_stop(&ev);
             free(r->todo);
             free(r);
@@ -548,10 +551,11 @@ int bench_run(const struct bench_run_opts *o, struct bench_store *s, const struc
     free(r->todo);
     free(r);
     if (o->json_lines)
-        print_event(json_pack(
-            "{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:b}", "event", "end", "finished_now",
-            (json_int_t)st->done, "failed", (json_int_t)st->failed, "infrastructure",
-            (json_int_t)st->infra, "errors", (json_int_t)st->errors, "already_finished",
-            (json_int_t)st->skipped, "wall_s", st->wall_s, "interrupted", st->interrupted));
+        print_event(json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:b}", "event", "end",
+                              "finished_now", (json_int_t)st->done, "failed",
+                              (json_int_t)st->failed, "infrastructure", (json_int_t)st->infra,
+                              "errors", (json_int_t)st->errors, "already_finished",
+                              (json_int_t)st->skipped, "wall_s", st->wall_s, "evaluator_start_s",
+                              st->evaluator_start_s, "interrupted", st->interrupted));
     return rc;
 }
