@@ -566,6 +566,23 @@ static void workspace_attempts(struct planner *pl)
 
 /* ---- the whole plan ------------------------------------------------------------------------- */
 
+static void drop_unmapped(struct planner *pl)
+{
+    bool *keep = xcalloc(pl->n ? pl->n : 1, sizeof(*keep));
+    size_t dropped = 0;
+    for (size_t i = 0; i < pl->n; i++) {
+        for (size_t a = 0; a < pl->plan->n && !keep[i]; a++)
+            keep[i] = strcmp(pl->plan->attempts[a].task_id, pl->tasks[i].id) == 0;
+        dropped += !keep[i];
+    }
+    if (dropped)
+        warn(pl->plan, xstrfmt("--map %s names no solution for %zu of the %zu selected task(s): "
+                               "they are left out of the run",
+                               pl->o->map, dropped, pl->n));
+    filter(pl, keep);
+    free(keep);
+}
+
 static int write_task_files(struct planner *pl, struct ca_err *err)
 {
     char *dir = xstrfmt("%s/tasks", pl->o->files_dir);
@@ -644,10 +661,26 @@ int bench_plan_build(const struct bench_plan_opts *o, struct bench_store *s, str
     } else if (o->solutions) {
         rc = solutions_attempts(&pl, err);
     } else if (pl.lb) {
-        for (size_t i = 0; i < pl.n && !rc; i++)
+        /* data.json lists every problem; one without a (--label's) solution failed. */
+        size_t missing = 0;
+        for (size_t i = 0; i < pl.n && !rc; i++) {
+            size_t before = p->n;
             rc = lb_attempts(&pl, &pl.tasks[i], err);
+            if (!rc && p->n == before) {
+                new_attempt(&pl, &pl.tasks[i], BENCH_KIND_MISSING, "missing", NULL, NULL);
+                missing++;
+            }
+        }
+        if (missing)
+            warn(p, xstrfmt("--map %s: no solution%s%s for %zu of %zu task(s): they count as "
+                            "failed",
+                            o->map, o->label ? " labelled " : "", o->label ? o->label : "", missing,
+                            pl.n));
     } else if (o->map) {
-        rc = jsonl_map(&pl, 1, err);
+        /* A JSONL map defines the suite: the tasks it does not name are left out. */
+        if (!(rc = jsonl_map(&pl, 1, err)))
+            drop_unmapped(&pl);
+        p->ntasks = pl.n;
     } else {
         rc = err_setf(err, CA_EUSAGE,
                       "no solutions: give --solutions, --map, --workspaces or --model");
@@ -659,7 +692,7 @@ int bench_plan_build(const struct bench_plan_opts *o, struct bench_store *s, str
                       o->label ? " and --label" : "");
         goto out;
     }
-    /* Record it: tasks without an attempt (a map that skips them) still count as tasks. */
+    /* Record it: every task has at least one attempt by now. */
     if ((rc = bench_store_begin(s, err)))
         goto out;
     for (size_t i = 0; i < pl.n && !rc; i++) {

@@ -106,6 +106,10 @@ assert "--sample 2: one task per level" [ "$(j "sorted(t['level'] for t in J['ta
 run bench --db b.sqlite --map "$MAP" --label model-a --no-html "$TASKS"
 expect "--label model-a" 0
 
+printf '{"task": "l1_2_SwishWide", "solution": "%s"}\n' "$FIX/fake/s_tie.py" >"$PWD/one.jsonl"
+run bench --db one.sqlite --map "$PWD/one.jsonl" --no-html "$TASKS"
+expect "a JSONL map defines the suite: the tasks it does not name are left out" 0 "all       1       1  100.0%" "no solution for 3 of the 4 selected task(s)"
+
 # -- compare: without model-b's solution, l1_1 is worse in B
 run "$CA" bench compare "$PWD/a.sqlite" "$PWD/b.sqlite"
 expect "compare: task by task" 0 "B better on 0 task(s), worse on 1"
@@ -115,10 +119,11 @@ expect "compare --json" 0 '"tasks"'
 
 # -- the leaderboard corpus's data.json: tasks from its problems/, solutions from its solutions/
 run bench --db lb.sqlite --map "$FIX/fake/leaderboard/data.json" --no-html --json
-expect "leaderboard data.json" 0 '"attempts":3,'
+expect "leaderboard data.json" 0 '"attempts":4,' "no solution for 1 of 3 task(s): they count as failed"
 run "$CA" bench report --json "$PWD/lb.sqlite"
-assert "leaderboard: tasks named as KernelBench's" [ "$(j "[t['name'] for t in J['tasks']]")" = "['l1_1_Swish', 'l2_1_SwishScaled']" ]
-assert "leaderboard: labels and KernelBench's speedups kept" [ "$(j "sorted((a['label'], a['extra']['kernelbench_speedup']) for t in J['tasks'] for a in t['attempts'])")" = "[('model-a', 0.9), ('model-a', 1.3), ('model-b', 2.1)]" ]
+assert "leaderboard: tasks named as KernelBench's" [ "$(j "[t['name'] for t in J['tasks']]")" = "['l1_1_Swish', 'l2_1_SwishScaled', 'l2_2_SwishMissing']" ]
+assert "leaderboard: a problem without a solution failed" [ "$(j "[(t['verdict'], t['attempts'][0]['stage']) for t in J['tasks'] if t['name'] == 'l2_2_SwishMissing']")" = "[('failed', 'missing')]" ]
+assert "leaderboard: labels and KernelBench's speedups kept" [ "$(j "sorted((a['label'], a['extra']['kernelbench_speedup']) for t in J['tasks'] for a in t['attempts'] if a['extra'])")" = "[('model-a', 0.9), ('model-a', 1.3), ('model-b', 2.1)]" ]
 
 # -- workspaces: DIR/<task name>/ (the fake evaluator reads its FAKE file); a task without one fails
 mkdir -p "$PWD/ws/l1_1_Swish"
