@@ -12,9 +12,12 @@
 #   bench/bench_leaderboard.sh [OUT_DIR]
 #   env: BIN (build/cuda-agent), CORPUS (../shared/corpora/kernelbench-leaderboard),
 #        JOBS (attempts at once; default 2 per CPU core, at most 32), SAMPLE (N solutions'
-#        tasks, stratified; default all), KILL_AFTER (N: interrupt and resume), WARM_CACHE=1
+#        tasks, stratified; default all), BUDGET_MS (timing budget per measured function,
+#        300 as bench/leaderboard.py), KILL_AFTER (N: interrupt and resume), WARM_CACHE=1
 #        (keep $CUDA_AGENT_CACHE_DIR instead of a fresh cache), BENCH_FLAGS (extra flags)
-# Run from the repository root on a machine with a GPU and PyTorch. Writes OUT_DIR/lb.sqlite,
+# Run from the repository root on a machine with a GPU and PyTorch; where the project cannot be
+# built, with the carried binary: bash bench/carry.sh here, then carry .carry and the corpus
+# (e.g. copied to .corpus/lb) and run BIN=.carry/cuda-agent CORPUS=.corpus/lb. Writes OUT_DIR/lb.sqlite,
 # lb.html, lb.md, events*.jsonl, summary.txt and summary.json.
 set -u
 BIN=${BIN:-build/cuda-agent}
@@ -29,7 +32,7 @@ if [ -z "${WARM_CACHE:-}" ]; then
     rm -rf "$CUDA_AGENT_CACHE_DIR"
 fi
 args=(--db "$OUT/lb.sqlite" --map "$CORPUS/data.json" --rules kernelbench --no-compile-baseline
-      --jobs "$JOBS" --json)
+      --budget-ms "${BUDGET_MS:-300}" --jobs "$JOBS" --json)
 [ -n "${SAMPLE:-}" ] && args+=(--sample "$SAMPLE" --seed 1)
 # shellcheck disable=SC2206
 [ -n "${BENCH_FLAGS:-}" ] && args+=(${BENCH_FLAGS})
