@@ -66,13 +66,32 @@ assert "resume: only the rest ran" grep -q "\"finished_now\":$((5 - n1))," "$OUT
 assert "nothing was evaluated twice ($(requests) requests for 5 attempts)" [ "$(requests)" = 5 ]
 assert "the HTML and Markdown reports were written" [ -s a.html ] && [ -s a.md ]
 
+# -- interrupted twice: the running attempt is abandoned at once, not recorded, run on resume
+"$CA" bench run --evaluator "$SOCK" --db c.sqlite --map "$MAP" --jobs 1 --json "$TASKS" \
+    >"$PWD/c1.jsonl" 2>"$PWD/c1.err" &
+pid=$!
+for _ in $(seq 200); do grep -q '"event":"done"' "$PWD/c1.jsonl" 2>/dev/null && break; sleep 0.02; done
+kill -INT $pid
+sleep 0.05
+kill -INT $pid
+wait $pid
+RC=$?
+assert "two SIGINTs: exit 130 ($RC)" [ "$RC" = 130 ]
+assert "... said so" grep -q "abandoned the running attempts" "$PWD/c1.err"
+n1=$(grep -c '"event":"done"' "$PWD/c1.jsonl")
+db1=$("$PY" -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("select count(*) from reports").fetchone()[0])' c.sqlite)
+assert "the abandoned attempt is not in the database ($n1 announced, $db1 stored)" [ "$n1" = "$db1" ]
+run bench --db c.sqlite --map "$MAP" --no-html "$TASKS"
+expect "... and runs on resume" 0 "all       4       3   66.7%"
+
 # -- a finished run run again changes nothing
+base=$(requests)
 dump a.sqlite >"$PWD/before.sql"
 run bench --db a.sqlite --map "$MAP" "$TASKS"
 expect "re-run: exit 0, the table printed" 0 "66.7%"
 dump a.sqlite >"$PWD/after.sql"
 assert "re-run: the database is unchanged" cmp -s "$PWD/before.sql" "$PWD/after.sql"
-assert "re-run: no evaluation requested" [ "$(requests)" = 5 ]
+assert "re-run: no evaluation requested" [ "$(requests)" = "$base" ]
 run bench --db a.sqlite --map "$MAP" --rules kernelbench "$TASKS"
 expect "other settings on an existing run are refused" 3 "" "--rules was \"cuda-agent\", now \"kernelbench\""
 
