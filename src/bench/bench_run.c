@@ -103,9 +103,11 @@ static int run_agent(struct runner *r, const struct bench_attempt *a, struct res
                           o->model,      "--base-url", o->base_url, "--out",      out,
                           "--evaluator", r->socket,    "--device",  o->device,    "--max-turns",
                           turns,         "--json",     NULL};
-    if (!o->base_url) { /* the child's own default ($OPENAI_BASE_URL) */
-        for (size_t i = 6; argv[i + 2]; i++)
+    if (!o->base_url) { /* the child's own default ($OPENAI_BASE_URL): drop --base-url */
+        size_t i = 6;
+        for (; argv[i + 2]; i++)
             argv[i] = argv[i + 2];
+        argv[i] = NULL;
     }
     struct proc_opts po = {.argv = argv, .out_max = AGENT_OUT_MAX, .err_max = 64 * CA_KIB};
     struct proc_result pr;

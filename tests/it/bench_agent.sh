@@ -28,7 +28,8 @@ print(json.dumps([
 ]))
 PYEOF
 serve script
-run "$CA" bench run --db "$PWD/agent.sqlite" --model test-model --base-url "$URL" --device cpu \
+# The server from the environment (the episodes' default), not --base-url.
+OPENAI_BASE_URL=$URL run "$CA" bench run --db "$PWD/agent.sqlite" --model test-model --device cpu \
     --max-turns 5 --json "$FIX/task.py"
 expect "the agent run is scored" 0 '"verdict":"correct"'
 run "$CA" bench report --json "$PWD/agent.sqlite"
