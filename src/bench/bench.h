@@ -156,6 +156,10 @@ int bench_store_record(struct bench_store *s, int64_t attempt_id, const json_t *
                        const struct bench_timing *t, const json_t *agent,
                        struct ca_err *err) WARN_UNUSED_RESULT;
 /* Best effort: the environment describes the run, it never decides a result. */
+/* Forget the results of attempts that ended in an infrastructure failure (no verdict), so that
+ * they run again; *n receives how many. One transaction. */
+int bench_store_reset_infra(struct bench_store *s, size_t *n,
+                            struct ca_err *err) WARN_UNUSED_RESULT;
 int bench_store_set_env(struct bench_store *s, const char *key, const char *value,
                         struct ca_err *err);
 

@@ -542,6 +542,35 @@ fail:
     return rc;
 }
 
+int bench_store_reset_infra(struct bench_store *s, size_t *n, struct ca_err *err)
+{
+    *n = 0;
+    int rc = bench_store_begin(s, err);
+    if (rc)
+        return rc;
+    static const char *const sql[] = {
+        "CREATE TEMP TABLE reset AS SELECT attempt_id FROM reports"
+        " WHERE verdict = 'infrastructure'",
+        "DELETE FROM timings WHERE attempt_id IN (SELECT attempt_id FROM reset)",
+        "DELETE FROM agent_results WHERE attempt_id IN (SELECT attempt_id FROM reset)",
+        "DELETE FROM baselines WHERE attempt_id IN (SELECT attempt_id FROM reset)",
+        "DELETE FROM reports WHERE attempt_id IN (SELECT attempt_id FROM reset)",
+        "UPDATE attempts SET status = 'pending' WHERE id IN (SELECT attempt_id FROM reset)",
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(sql) && !rc; i++) {
+        rc = exec(s, sql[i], err);
+        if (!rc && i == ARRAY_SIZE(sql) - 1)
+            *n = (size_t)sqlite3_changes(s->db);
+    }
+    if (!rc)
+        rc = exec(s, "DROP TABLE reset", err);
+    if (!rc)
+        rc = bench_store_commit(s, err);
+    if (rc)
+        bench_store_rollback(s);
+    return rc;
+}
+
 int bench_store_set_env(struct bench_store *s, const char *key, const char *value,
                         struct ca_err *err)
 {

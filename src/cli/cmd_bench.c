@@ -150,7 +150,7 @@ static int bench_run_cmd(int argc, char **argv)
     const char *db = NULL;
     int64_t sample = 0, seed = 0, jobs = 4, runners = 1, budget_ms = 0, timeout_s = 0,
             max_turns = 0;
-    bool as_json = false, no_html = false;
+    bool as_json = false, no_html = false, retry_infra = false;
     const struct cli_opt opts[] = {
         {"db", 0, CLI_OPT_STRING, &db, "RUN.sqlite",
          "the run's database (made; an existing run resumes)"},
@@ -184,6 +184,8 @@ static int bench_run_cmd(int argc, char **argv)
          "the started evaluator's device (default cuda)"},
         {"runners", 0, CLI_OPT_INT, &runners, "N", "with --device cpu: the started runners", 1, 64},
         {"jobs", 'j', CLI_OPT_INT, &jobs, "N", "attempts at once (default 4)", 1, 256},
+        {"retry-infra", 0, CLI_OPT_FLAG, &retry_infra, NULL,
+         "run again the attempts that ended without a verdict (infrastructure failures)"},
         {"no-html", 0, CLI_OPT_FLAG, &no_html, NULL, "do not write RUN.html and RUN.md"},
         {"json", 0, CLI_OPT_FLAG, &as_json, NULL, "JSON lines on stdout (start, done, end)"},
         {0},
@@ -305,6 +307,15 @@ static int bench_run_cmd(int argc, char **argv)
     }
     for (size_t i = 0; i < plan.nwarnings; i++)
         fprintf(stderr, "cuda-agent: warning: %s\n", plan.warnings[i]);
+    if (retry_infra) {
+        size_t reset = 0;
+        if ((rc = bench_store_reset_infra(s, &reset, &err))) {
+            exit_code = cli_fail(&err);
+            goto out;
+        }
+        if (reset)
+            fprintf(stderr, "bench: %zu attempt(s) without a verdict run again\n", reset);
+    }
     /* Only a run with work to do touches the database: a finished one run again changes
      * nothing. */
     bool work = false;

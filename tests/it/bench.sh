@@ -92,6 +92,9 @@ expect "re-run: exit 0, the table printed" 0 "66.7%"
 dump a.sqlite >"$PWD/after.sql"
 assert "re-run: the database is unchanged" cmp -s "$PWD/before.sql" "$PWD/after.sql"
 assert "re-run: no evaluation requested" [ "$(requests)" = "$base" ]
+run bench --db a.sqlite --map "$MAP" --retry-infra --no-html "$TASKS"
+expect "--retry-infra runs the infrastructure failure again, only it" 0 "" "1 attempt(s) without a verdict run again"
+assert "... one more request" [ "$(requests)" = $((base + 1)) ]
 run bench --db a.sqlite --map "$MAP" --rules kernelbench "$TASKS"
 expect "other settings on an existing run are refused" 3 "" "--rules was \"cuda-agent\", now \"kernelbench\""
 
