@@ -6,7 +6,8 @@
 Loads the page from file:// (no network is needed or allowed by the page), with Chromium's
 console logged; fails on any console message (errors, uncaught exceptions), unless the
 rendered DOM holds the metrics table, the three SVG charts with their marks, and TASKS rows in
-the task table built by the page's script; then takes a screenshot and checks it is a PNG that
+the task table built by the page's script, and (with #open-all) each task's evaluator report;
+then takes a screenshot and checks it is a PNG that
 is not blank. Exit 77 (skip) with the reason when Chromium is not installed or cannot start here.
 """
 import os
@@ -82,6 +83,12 @@ def main() -> int:
                 fails.append(f"chart {chart} missing or without {mark}")
         if 'id="metrics"' not in dom or "CUDA Agent (paper" not in dom:
             fails.append("metrics table or the paper's rows missing")
+        p2 = run(binary, profile, "--dump-dom", url + "#open-all")
+        opened = len(re.findall(r'<pre class="report"', p2.stdout))
+        if opened != ntasks:
+            fails.append(f"{opened} evaluator reports shown with every row open, expected {ntasks}")
+        if any(":CONSOLE" in l for l in p2.stderr.splitlines()):
+            fails.append("console messages with every row open")
         if re.search(r'(src|href)="(https?:)?//', dom):
             fails.append("the page references the network")
         s = run(binary, profile, f"--screenshot={shot}", "--window-size=1280,1600",
