@@ -147,6 +147,12 @@ assert "leaderboard: tasks named as KernelBench's" [ "$(j "[t['name'] for t in J
 assert "leaderboard: a problem without a solution failed" [ "$(j "[(t['verdict'], t['attempts'][0]['stage']) for t in J['tasks'] if t['name'] == 'l2_2_SwishMissing']")" = "[('failed', 'missing')]" ]
 assert "leaderboard: labels and KernelBench's speedups kept" [ "$(j "sorted((a['label'], a['extra']['kernelbench_speedup']) for t in J['tasks'] for a in t['attempts'] if a['extra'])")" = "[('model-a', 0.9), ('model-a', 1.3), ('model-b', 2.1)]" ]
 
+# -- --solutions in the tree layout (levelL/N_Name.py); KernelBench's own is in it/bench_cpu
+mkdir -p "$PWD/tree/level2"
+cp "$FIX/fake/s_fast.py" "$PWD/tree/level2/1_SwishScaled.py"
+run bench --db tree.sqlite --solutions "$PWD/tree" --levels 2 --no-html "$TASKS"
+expect "--solutions DIR/levelL/N_Name.py" 0 "all       2       2   50.0%" "no solution file for 1 of 2 task(s)"
+
 # -- workspaces: DIR/<task name>/ (the fake evaluator reads its FAKE file); a task without one fails
 mkdir -p "$PWD/ws/l1_1_Swish"
 cp "$FIX/fake/s_fast.py" "$PWD/ws/l1_1_Swish/FAKE"
