@@ -246,10 +246,11 @@ int bench_report_text(const json_t *ex, struct buf *b)
     const json_t *cfg = json_object_get(ex, "config"), *env = json_object_get(ex, "environment");
     const char *gpu = json_string_value(json_object_get(env, "gpu"));
     const char *torch = json_string_value(json_object_get(env, "torch"));
-    rc =
-        buf_addf(b, "%zu tasks, solutions from %s%s, rules %s; %s%s%s\n", n, cfg_str(cfg, "source"),
-                 "", *cfg_str(cfg, "rules") ? cfg_str(cfg, "rules") : "cuda-agent",
-                 gpu ? gpu : "device not recorded", torch ? ", torch " : "", torch ? torch : "");
+    rc = buf_addf(b, "%zu tasks, %s %s, rules %s; %s%s%s\n", n,
+                  strcmp(cfg_str(cfg, "mode"), "agent") == 0 ? "agent" : "solutions from",
+                  cfg_str(cfg, "source"),
+                  *cfg_str(cfg, "rules") ? cfg_str(cfg, "rules") : "cuda-agent",
+                  gpu ? gpu : "device not recorded", torch ? ", torch " : "", torch ? torch : "");
     if (!rc)
         rc = bench__metrics_table(&m, b);
     const struct bench_level_metrics *a = &m.overall;
