@@ -132,9 +132,30 @@ static int meta_set(struct bench_store *s, const char *key, const char *value, s
     return rc;
 }
 
+/* A stored setting as the user gave it. */
+static const char *setting_name(const char *key, char *buf, size_t n)
+{
+    static const char *const names[][2] = {
+        {"tasks_source", "TASKS"},
+        {"source", "the solutions (--solutions, --map, --workspaces or --model)"},
+        {"mode", "the kind of solutions"},
+        {"no_compile_baseline", "--no-compile-baseline"},
+        {"budget_ms", "--budget-ms"},
+        {"timeout_s", "--timeout"},
+        {"base_url", "--base-url"},
+        {"max_turns", "--max-turns"},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+        if (strcmp(key, names[i][0]) == 0)
+            return names[i][1];
+    snprintf(buf, n, "--%s", key);
+    return buf;
+}
+
 /* Name the first setting that differs between the stored run and this one. */
 static void describe_difference(const json_t *stored, const json_t *now, char *out, size_t n)
 {
+    char name[64];
     const char *key;
     const json_t *v;
     snprintf(out, n, "settings differ");
@@ -144,7 +165,8 @@ static void describe_difference(const json_t *stored, const json_t *now, char *o
         if (!json_equal(o, v)) {
             char *a = o ? json_dumps(o, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
             char *b = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-            snprintf(out, n, "--%s was %.80s, now %.80s", key, a ? a : "unset", b ? b : "?");
+            snprintf(out, n, "%s was %.80s, now %.80s", setting_name(key, name, sizeof(name)),
+                     a ? a : "unset", b ? b : "?");
             free(a);
             free(b);
             return;
@@ -153,7 +175,7 @@ static void describe_difference(const json_t *stored, const json_t *now, char *o
     json_object_foreach((json_t *)stored, key, v)
     {
         if (!json_object_get(now, key)) {
-            snprintf(out, n, "--%s was set, now it is not", key);
+            snprintf(out, n, "%s was set, now it is not", setting_name(key, name, sizeof(name)));
             return;
         }
     }
@@ -187,7 +209,7 @@ static int check_existing(struct bench_store *s, const json_t *config, struct ca
         goto out;
     }
     if (config && !json_equal(s->config, config)) {
-        char diff[200];
+        char diff[512];
         describe_difference(s->config, config, diff, sizeof(diff));
         rc = err_setf(err, CA_EPARSE,
                       "%s holds a run with other settings (%s): resume it with the same "
