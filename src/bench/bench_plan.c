@@ -241,9 +241,9 @@ static int select_tasks(struct planner *pl, struct ca_err *err)
     }
     if (o->sample > 0)
         sample(pl, (size_t)o->sample, o->seed);
-    qsort(pl->tasks, pl->n, sizeof(*pl->tasks), cmp_ptask);
     if (pl->n == 0)
         return err_setf(err, CA_ENOTFOUND, "no task matches the selection (--levels/--tasks)");
+    qsort(pl->tasks, pl->n, sizeof(*pl->tasks), cmp_ptask);
     return 0;
 }
 
