@@ -232,6 +232,11 @@ static int bench_run_cmd(int argc, char **argv)
         return cli_usage_error("bench run", "expected TASKS (a KernelBench tree or JSONL)");
     if (ro.rules && strcmp(ro.rules, "cuda-agent") && strcmp(ro.rules, "kernelbench"))
         return cli_usage_error("bench run", "--rules must be cuda-agent or kernelbench");
+    if (ro.model && ((ro.rules && strcmp(ro.rules, "cuda-agent")) || ro.no_compile_baseline))
+        return cli_usage_error("bench run",
+                               "--model: episodes are scored as `cuda-agent run` scores them, "
+                               "under SKILL.md's rules with both baselines; --rules kernelbench "
+                               "and --no-compile-baseline are for solutions");
     if (ro.device && strcmp(ro.device, "cuda") && strcmp(ro.device, "cpu"))
         return cli_usage_error("bench run", "--device must be cuda or cpu");
     if (!ro.evaluator) {

@@ -32,6 +32,9 @@ serve script
 OPENAI_BASE_URL=$URL run "$CA" bench run --db "$PWD/agent.sqlite" --model test-model --device cpu \
     --max-turns 5 --json "$FIX/task.py"
 expect "the agent run is scored" 0 '"verdict":"correct"'
+run "$CA" bench run --db "$PWD/x.sqlite" --model m --rules kernelbench "$FIX/task.py"
+expect "episodes are scored under SKILL.md's rules only" 2 "" "--rules kernelbench"
+
 run "$CA" bench report --json "$PWD/agent.sqlite"
 J() { python3 -c 'import json,sys; J=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$OUT" "$1"; }
 assert "one task, correct, reward >= 1" [ "$(J "[(t['verdict'], t['reward'] >= 1) for t in J['tasks']]")" = "[('correct', True)]" ]
