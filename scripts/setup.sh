@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PKGS=(build-essential pkg-config git python3 python3-venv python3-pip
              libjansson-dev libxxhash-dev libpcre2-dev libseccomp-dev libelf-dev libcurl4-openssl-dev clang
-             clang-format)
+             clang-format libsqlite3-dev chromium)
 PY_PKGS=(pyarrow pytest pyflakes numpy torch)
 
 say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }

@@ -26,6 +26,7 @@ static const struct cli_cmd commands[] = {
      "run a program in the candidate sandbox (the evaluator's harness uses it)"},
     {"tool", cmd_tool, "run one agent tool call in an episode's sandbox (persistent shell)"},
     {"run", cmd_run, "let a model solve a task in a sandboxed episode (agent loop) and score it"},
+    {"bench", cmd_bench, "score a task suite (solutions or the agent): metrics, SQLite, report"},
     {"data", cmd_data,
      "list, check and import task sources (.py, KernelBench tree, JSONL, parquet)"},
     {"version", cmd_version, "print the version"},

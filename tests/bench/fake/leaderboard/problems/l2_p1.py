@@ -1,0 +1,22 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """The same op, another scale: a bench CPU-mode fixture task (its solution is wrong)."""
+
+    def __init__(self, features, scale):
+        super().__init__()
+        self.scale = scale
+        self.bias = nn.Parameter(torch.randn(features) * 0.1)
+
+    def forward(self, x):
+        return x * torch.sigmoid(x) * self.scale + self.bias
+
+
+def get_inputs():
+    return [torch.randn(32, 128)]
+
+
+def get_init_inputs():
+    return [128, 2.5]

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `cuda-agent bench run --model` against the scripted model server (tests/it/fake_llm.py) with
+# the real evaluator in CPU mode (PyTorch, nvcc and user namespaces needed, no GPU): the agent
+# writes the CPU-mode fixture's solution (tests/eval/cpu) and answers; bench scores the
+# episode, keeps its result and trajectory, and the HTML report shows the turns.
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
+require_cpu_evaluator
+export CUDA_AGENT_STATE_DIR=$PWD/state
+unset CUDA_AGENT_EVALUATOR CUDA_AGENT_EVAL_DEVICE OPENAI_BASE_URL CUDA_AGENT_BASE_URL
+FIX=$CA_REPO/tests/eval/cpu
+if ! "$CA" tool --workspace "$("$CA" workspace create --task "$FIX/task.py" "$PWD/probe" >/dev/null &&
+    echo "$PWD/probe")" --episode probe-$$ Bash '{"command":"true"}' >/dev/null 2>"$ERR"; then
+    grep -q "namespaces" "$ERR" || { echo "FAIL: a tool call in the sandbox: $(head -c 300 "$ERR")"; exit 1; }
+    skip_all userns "no sandbox on this host: $(head -c 300 "$ERR")"
+fi
+"$CA" tool --episode probe-$$ --close >/dev/null 2>&1
+. "$CA_REPO/tests/it/fake_llm.bash"
+python3 - "$FIX/sol" >script.json <<'PYEOF'
+import json, sys
+sol = sys.argv[1]
+read = lambda p: open(sol + "/" + p).read()
+print(json.dumps([
+    {"tool_calls": [{"name": "Read", "arguments": {"file_path": "model_new.py"}}]},
+    {"tool_calls": [{"name": "Write", "arguments": {"file_path": "kernels/" + f, "content": read("kernels/" + f)}}
+                    for f in ("swish_cpu.cu", "swish_cpu_binding.cpp")]
+                   + [{"name": "Write", "arguments": {"file_path": "model_new.py", "content": read("model_new.py")}}]},
+    {"content": "Done."},
+]))
+PYEOF
+serve script
+# The server from the environment (the episodes' default), not --base-url.
+OPENAI_BASE_URL=$URL run "$CA" bench run --db "$PWD/agent.sqlite" --model test-model --device cpu \
+    --max-turns 5 --json "$FIX/task.py"
+expect "the agent run is scored" 0 '"verdict":"correct"'
+run "$CA" bench run --db "$PWD/x.sqlite" --model m --rules kernelbench "$FIX/task.py"
+expect "episodes are scored under SKILL.md's rules only" 2 "" "--rules kernelbench"
+
+run "$CA" bench report --json "$PWD/agent.sqlite"
+J() { python3 -c 'import json,sys; J=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$OUT" "$1"; }
+assert "one task, correct, reward >= 1" [ "$(J "[(t['verdict'], t['reward'] >= 1) for t in J['tasks']]")" = "[('correct', True)]" ]
+assert "the episode's result is kept" [ "$(J "J['tasks'][0]['attempts'][0]['agent']['stop_reason']")" = answer ]
+assert "the trajectory file is named" [ -s "$(J "J['tasks'][0]['attempts'][0]['agent']['trajectory']")" ]
+assert "the HTML report holds the trajectory's turns" grep -q '"turns":\[{"turn":1,"tools":\[{"name":"Read".*"turn":2,"tools":\[{"name":"Write"' "$PWD/agent.html"
+stop_server
+finish
