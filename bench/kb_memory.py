@@ -135,7 +135,9 @@ def run_one(opts: argparse.Namespace, level: int, path: str, tmp: str) -> dict:
         idle_allocated_bytes=idle.get("allocated_bytes"),
         idle_reserved_bytes=idle.get("reserved_bytes"),
         idle_free_bytes=idle.get("free_bytes"),
-        attempts=len(mem.get("attempts") or []))
+        attempts=len(mem.get("attempts") or []),
+        attempt_errors=[str(a.get("error"))[:800] for a in mem.get("attempts") or []],
+        phases=mem.get("phases"))
     return rec
 
 

@@ -540,6 +540,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             sets, sets_info = draw_sets(task, n_draw, opts.adversarial_sets, device, log,
                                         n_derived, n_stress, defer=True)
         elapsed["setup_draw"] = time.monotonic() - t_draw
+        memplan.phase_mark(device, "draw")
         result["verification"]["sets_prefetched"] = got is not None
         prefetch_next = (set_key, task, n_draw, opts.adversarial_sets, device, n_derived,
                          n_stress)
@@ -556,6 +557,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         # The derived sets the reference refuses and a value-stress set that finds no usable
         # scale are dropped before anything is laid out for the candidate.
         ref_peak = compute_reference(model, sets[0], device)
+        memplan.phase_mark(device, "set0_reference")
 
         # -- the memory plan: how many sets of the task's own shape are resident at once
         streamed = [s for s in sets[1:] if s.recipe is not None] + \
@@ -615,6 +617,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                 compute_reference(s.model or model, s, device)
         elapsed["setup_reference"] = time.monotonic() - t_ref32
         elapsed["setup"] = time.monotonic() - t_start
+        memplan.phase_mark(device, "setup")
 
         # -- the candidate's directory and process (pre-warmed when a pool has one)
         pool = getattr(opts, "pool", None)
@@ -727,6 +730,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             fill_inputs(arena, s, device)
             ses.drop_if_lazy(s)
         elapsed["job_files"] = time.monotonic() - t_job
+        memplan.phase_mark(device, "arena")
         job = {
             "device": str(device),
             "rules": opts.rules,
@@ -784,6 +788,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         ended = ses.pump("verify")
         verified = ended == "verified"
         elapsed["candidate_verify"] = time.monotonic() - t_cand
+        memplan.phase_mark(device, "verify")
 
         if verified and device.type == "cuda":
             why_none = check_launches(result["verification"].get("launches"), opts.rules)
@@ -813,6 +818,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                 finally:
                     ses.cand_window.close()
                 elapsed["candidate_timing"] = time.monotonic() - t_time
+                memplan.phase_mark(device, "timing")
 
         # -- how the candidate process ended
         rc = cand.wait(min(10.0, max(1.0, cand.deadline - time.monotonic())))
@@ -861,6 +867,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         restore(sets[0])  # a lazy plan: the baselines time set 0's inputs
         base, cached = measure_baselines(opts, model, sets[0], device, key, log)
         elapsed["baselines"] = time.monotonic() - t_base
+        memplan.phase_mark(device, "baselines")
         result["timing"], flags = timing_section(opts, dev, sets[0], state_bytes, cand_stats,
                                                  base, cached,
                                                  result["verification"].get("launches"))
@@ -911,6 +918,8 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             result["memory"]["peak_bytes"] = peak["allocated"]
             result["memory"]["peak_reserved_bytes"] = peak["reserved"]
             result["memory"]["peak_above_start_bytes"] = max(0, peak["allocated"] - peak_base)
+            memplan.phase_mark(device, "end")
+            result["memory"]["phases"] = memplan.phases()
         elapsed["total"] = time.monotonic() - t_start
         result["elapsed_s"] = elapsed
 

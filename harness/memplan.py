@@ -236,24 +236,48 @@ def free_bytes(device: torch.device) -> int | None:
 
 # The job's device memory peaks. PyTorch keeps one peak per device, and measuring a single
 # forward's peak (forward_peak_begin) resets it: the peaks so far are folded in here first.
+# The same since the last phase_mark(): where in the job the memory went.
 _JOB_PEAK = {"allocated": 0, "reserved": 0}
+_PHASE_PEAK = {"allocated": 0, "reserved": 0}
+_PHASES: list[dict[str, Any]] = []
 
 
 def _fold(device: torch.device) -> None:
-    _JOB_PEAK["allocated"] = max(_JOB_PEAK["allocated"],
-                                 int(torch.cuda.max_memory_allocated(device)))
-    _JOB_PEAK["reserved"] = max(_JOB_PEAK["reserved"],
-                                int(torch.cuda.max_memory_reserved(device)))
+    alloc = int(torch.cuda.max_memory_allocated(device))
+    res = int(torch.cuda.max_memory_reserved(device))
+    for peak in (_JOB_PEAK, _PHASE_PEAK):
+        peak["allocated"] = max(peak["allocated"], alloc)
+        peak["reserved"] = max(peak["reserved"], res)
 
 
 def reset_peak(device: torch.device) -> int:
     """Starts the job's peak measurement; returns the bytes allocated now (0 on the CPU)."""
     _JOB_PEAK.update(allocated=0, reserved=0)
+    _PHASE_PEAK.update(allocated=0, reserved=0)
+    _PHASES.clear()
     if device.type != "cuda":
         return 0
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     return int(torch.cuda.memory_allocated(device))
+
+
+def phase_mark(device: torch.device, name: str) -> None:
+    """Ends a phase of the job (setup, verify, ...): its peaks (allocated, reserved) and what
+    is allocated at its end go to phases()."""
+    if device.type != "cuda":
+        return
+    torch.cuda.synchronize(device)
+    _fold(device)
+    _PHASES.append({"phase": name, "peak_allocated_bytes": _PHASE_PEAK["allocated"],
+                    "peak_reserved_bytes": _PHASE_PEAK["reserved"],
+                    "allocated_bytes": int(torch.cuda.memory_allocated(device))})
+    torch.cuda.reset_peak_memory_stats(device)
+    _PHASE_PEAK.update(allocated=0, reserved=0)
+
+
+def phases() -> list[dict[str, Any]]:
+    return [dict(p) for p in _PHASES]
 
 
 def job_peak(device: torch.device) -> dict[str, int]:
