@@ -28,6 +28,7 @@ static const struct cli_cmd commands[] = {
     {"run", cmd_run, "let a model solve a task in a sandboxed episode (agent loop) and score it"},
     {"data", cmd_data,
      "list, check and import task sources (.py, KernelBench tree, JSONL, parquet)"},
+    {"serve", cmd_serve, "serve episodes over MCP (stdio, HTTP) and OpenEnv to RL trainers"},
     {"version", cmd_version, "print the version"},
 };
 
