@@ -38,7 +38,10 @@ def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("serve")
     e = dict(os.environ)
     e["CUDA_AGENT_STATE_DIR"] = str(base / "state")
-    e["CUDA_AGENT_CACHE_DIR"] = str(base / "cache")
+    # The evaluator cache the it/ tier's CPU-mode tests share (a cold compile with the torch
+    # headers takes a minute on two cores; the fixture's sources are the same).
+    e["CUDA_AGENT_CACHE_DIR"] = os.environ.get("CUDA_AGENT_TEST_CACHE_DIR",
+                                               str(REPO / ".test-cache"))
     e.pop("CUDA_AGENT_EVALUATOR", None)
     # The sandbox needs user namespaces: without them the episode tests cannot run here.
     ws = base / "probe"
