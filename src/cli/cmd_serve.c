@@ -108,7 +108,12 @@ int cmd_serve(int argc, char **argv)
         rc = cli_usage_error("serve", "$CUDA_AGENT_SERVE_TOKEN is over 4 KiB");
         goto out;
     }
-    if (http && !server_addr_loopback(http) && token.len == 0) {
+    int lo = http ? server_addr_loopback(http, &err) : 1;
+    if (lo < 0) {
+        rc = cli_usage_error("serve", "--http: %s", err.msg);
+        goto out;
+    }
+    if (!lo && token.len == 0) {
         rc = cli_usage_error("serve",
                              "%s is not a loopback address: a bearer token is required "
                              "(--token-file FILE or $CUDA_AGENT_SERVE_TOKEN)",

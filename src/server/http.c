@@ -157,9 +157,8 @@ static bool header_has(struct MHD_Connection *c, const char *name, const char *t
 static enum MHD_Result mcp_post(struct MHD_Connection *c, struct server *s, struct http_req *rq)
 {
     const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
-    if (!accept || ((!strcasestr(accept, "application/json") ||
-                     !strcasestr(accept, "text/event-stream")) &&
-                    !strstr(accept, "*/*")))
+    if (!accept || !strcasestr(accept, "application/json") ||
+        !strcasestr(accept, "text/event-stream"))
         return send_error(c, s, MHD_HTTP_NOT_ACCEPTABLE, RPC_INVALID_REQUEST,
                           "Not Acceptable: the Accept header must list application/json and "
                           "text/event-stream");
@@ -691,12 +690,13 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *
     return 0;
 }
 
-bool server_addr_loopback(const char *addr)
+int server_addr_loopback(const char *addr, struct ca_err *err)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    if (parse_addr(addr, &ss, &len, NULL))
-        return false;
+    int rc = parse_addr(addr, &ss, &len, err);
+    if (rc)
+        return rc;
     if (ss.ss_family == AF_INET)
         return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
     const struct in6_addr *a6 = &((struct sockaddr_in6 *)&ss)->sin6_addr;
@@ -711,7 +711,7 @@ int server_run_http(struct server *s, const char *addr, volatile sig_atomic_t *s
     int rc = parse_addr(addr, &ss, &len, err);
     if (rc)
         return rc;
-    if (!server_addr_loopback(addr) && !(s->o.token && *s->o.token))
+    if (server_addr_loopback(addr, NULL) != 1 && !(s->o.token && *s->o.token))
         return err_setf(err, CA_EUSAGE,
                         "%s is not a loopback address: a bearer token is required (--token-file "
                         "or $CUDA_AGENT_SERVE_TOKEN)",

@@ -118,7 +118,8 @@ int server_run_stdio(struct server *s, int in_fd, int out_fd, volatile sig_atomi
 int server_run_http(struct server *s, const char *addr, volatile sig_atomic_t *stop,
                     int64_t drain_ms, struct ca_err *err) WARN_UNUSED_RESULT;
 
-/* Whether addr names a loopback address (127.0.0.0/8, ::1, localhost). */
-bool server_addr_loopback(const char *addr);
+/* Whether addr ("HOST:PORT") names a loopback address (127.0.0.0/8, ::1, localhost): 1 or
+ * 0; CA_EUSAGE naming the problem when it is no address. */
+int server_addr_loopback(const char *addr, struct ca_err *err);
 
 #endif
