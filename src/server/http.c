@@ -61,8 +61,8 @@ struct http_ctx {
 /* ---- responses ---- */
 
 static enum MHD_Result send_body(struct MHD_Connection *c, struct server *s, unsigned status,
-                                 const char *ctype, const char *body, size_t len,
-                                 const char *h1, const char *v1)
+                                 const char *ctype, const char *body, size_t len, const char *h1,
+                                 const char *v1)
 {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -182,11 +182,13 @@ static enum MHD_Result mcp_post(struct MHD_Connection *c, struct server *s, stru
         /* Without a session only initialize may come; server_rpc refuses anything else. */
         json_t *m = json_loadb(rq->body.data, rq->body.len, 0, NULL);
         const char *meth = json_string_value(json_object_get(m, "method"));
-        bool init = meth && strcmp(meth, "initialize") == 0;
+        /* server/discover (the 2026-07-28 probe) gets its -32601 so clients fall back. */
+        bool init =
+            meth && (strcmp(meth, "initialize") == 0 || strcmp(meth, "server/discover") == 0);
         bool parsed = m != NULL;
         json_decref(m);
-        if (parsed && !init && jsonx_depth(sv_from(rq->body.data, rq->body.len)) <=
-                                   CA_LIMIT_JSON_DEPTH)
+        if (parsed && !init &&
+            jsonx_depth(sv_from(rq->body.data, rq->body.len)) <= CA_LIMIT_JSON_DEPTH)
             return send_error(c, s, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
                               "Bad Request: Mcp-Session-Id header required (send initialize "
                               "first)");
@@ -540,7 +542,8 @@ static enum MHD_Result route(struct MHD_Connection *c, struct server *s, const c
         return get ? send_json(c, s, 200, json_pack("{s:s}", "status", "healthy"), NULL, NULL)
                    : send_body(c, s, MHD_HTTP_METHOD_NOT_ALLOWED, NULL, "", 0, "Allow", "GET");
     if (!authorized(c, s))
-        return send_error(c, s, MHD_HTTP_UNAUTHORIZED, strcmp(url, "/mcp") ? 0 : RPC_INVALID_REQUEST,
+        return send_error(c, s, MHD_HTTP_UNAUTHORIZED,
+                          strcmp(url, "/mcp") ? 0 : RPC_INVALID_REQUEST,
                           "Unauthorized: send Authorization: Bearer TOKEN");
     if (!origin_ok(c, s))
         return send_error(c, s, MHD_HTTP_FORBIDDEN, 0, "Forbidden: cross-origin request");
@@ -670,7 +673,8 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *
         free(h);
         return CA_EUSAGE;
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE},
                     *res = NULL;
     int g = getaddrinfo(h, NULL, &hints, &res);
@@ -717,8 +721,8 @@ int server_run_http(struct server *s, const char *addr, volatile sig_atomic_t *s
                         "or $CUDA_AGENT_SERVE_TOKEN)",
                         addr);
     struct http_ctx hc = {.s = s};
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_ITC | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
+                     MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(

@@ -81,8 +81,8 @@ static json_t *do_tools_call(struct server *s, const json_t *id, const json_t *p
     if (args && !json_is_object(args) && !json_is_null(args))
         return rpc_error(id, RPC_INVALID_PARAMS, "tools/call: params.arguments must be an object");
     json_t *result = NULL;
-    if (server_call_tool(s, json_string_value(name), json_is_object(args) ? args : NULL,
-                         &result) != 0) {
+    if (server_call_tool(s, json_string_value(name), json_is_object(args) ? args : NULL, &result) !=
+        0) {
         char msg[200];
         snprintf(msg, sizeof(msg), "Unknown tool: %.100s (see tools/list)",
                  json_string_value(name));
@@ -129,7 +129,8 @@ static json_t *one(struct server *s, struct server_session **sessp, const json_t
         return do_initialize(s, sessp, id, params);
     if (strcmp(m, "ping") == 0)
         return rpc_result(id, json_object());
-    if (!sess || !sess->initialized)
+    bool known = strcmp(m, "tools/list") == 0 || strcmp(m, "tools/call") == 0;
+    if (known && (!sess || !sess->initialized))
         return rpc_error(id, RPC_INVALID_REQUEST,
                          "the session is not initialized: send initialize first");
     if (strcmp(m, "tools/list") == 0)

@@ -44,11 +44,11 @@ json_t *server__openenv_reset(struct server *s, const json_t *req, unsigned *sta
     json_decref(args);
     json_t *sc = json_object_get(r, "structuredContent");
     bool err = json_is_true(json_object_get(r, "isError"));
-    json_t *obs = json_pack("{s:o, s:b, s:O?}", "text", first_text(r), "is_error", err,
-                            "structured", sc);
+    json_t *obs =
+        json_pack("{s:o, s:b, s:O?}", "text", first_text(r), "is_error", err, "structured", sc);
     if (!err) {
-        static const char *const copy[] = {"episode_id", "system_prompt", "task_message",
-                                           "task_id", NULL};
+        static const char *const copy[] = {"episode_id", "system_prompt", "task_message", "task_id",
+                                           NULL};
         for (size_t i = 0; copy[i]; i++)
             json_object_set(obs, copy[i], json_object_get(sc, copy[i]));
         json_object_del(obs, "structured");
@@ -67,8 +67,9 @@ json_t *server__openenv_step(struct server *s, const json_t *req, const char *ep
     const json_t *action = json_object_get(req, "action");
     if (!json_is_object(action)) {
         *status = 422;
-        return json_pack("{s:s}", "error", "step needs \"action\": {\"tool\": NAME, "
-                                           "\"arguments\": {...}}");
+        return json_pack("{s:s}", "error",
+                         "step needs \"action\": {\"tool\": NAME, "
+                         "\"arguments\": {...}}");
     }
     json_t *tool = json_object_get(action, "tool");
     if (!tool)
@@ -78,8 +79,9 @@ json_t *server__openenv_step(struct server *s, const json_t *req, const char *ep
         a = json_object_get(action, "args");
     if (!json_is_string(tool) || (a && !json_is_object(a))) {
         *status = 422;
-        return json_pack("{s:s}", "error", "action.tool must be a tool name and "
-                                           "action.arguments an object");
+        return json_pack("{s:s}", "error",
+                         "action.tool must be a tool name and "
+                         "action.arguments an object");
     }
     json_t *args = a ? json_deep_copy(a) : json_object();
     const char *id = episode_id;
@@ -102,9 +104,9 @@ json_t *server__openenv_step(struct server *s, const json_t *req, const char *ep
     json_t *sc = json_object_get(r, "structuredContent");
     json_t *obs = json_pack("{s:o, s:b, s:O, s:s?, s:O?}", "text", first_text(r), "is_error", err,
                             "tool", tool, "episode_id", id, "structured", sc);
-    json_t *reward = finish && !err ? json_real((double)json_integer_value(
-                                          json_object_get(sc, "reward")))
-                                    : json_null();
+    json_t *reward = finish && !err
+                         ? json_real((double)json_integer_value(json_object_get(sc, "reward")))
+                         : json_null();
     json_decref(r);
     *status = 200;
     return json_pack("{s:o, s:o, s:b}", "observation", obs, "reward", reward, "done",
@@ -144,11 +146,11 @@ json_t *server__openenv_schema(struct server *s)
         "s:{s:s}, s:{s:s}, s:{s:s}}}, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}}, s:O}",
         "action", "type", "object", "properties", "tool", "type", "string", "enum", names,
         "arguments", "type", "object", "episode_id", "type", "string", "required", "tool",
-        "observation", "type", "object", "properties", "text", "type", "string", "is_error",
-        "type", "boolean", "episode_id", "type", "string", "structured", "type", "object",
-        "system_prompt", "type", "string", "state", "type", "object", "properties", "episode_id",
-        "type", "string", "step_count", "type", "integer", "done", "type", "boolean", "reward",
-        "type", "number", "tools", s->tool_list);
+        "observation", "type", "object", "properties", "text", "type", "string", "is_error", "type",
+        "boolean", "episode_id", "type", "string", "structured", "type", "object", "system_prompt",
+        "type", "string", "state", "type", "object", "properties", "episode_id", "type", "string",
+        "step_count", "type", "integer", "done", "type", "boolean", "reward", "type", "number",
+        "tools", s->tool_list);
 }
 
 /* ---- SHA-1 (RFC 3174) and base64, for Sec-WebSocket-Accept ---- */

@@ -393,11 +393,11 @@ static void expire_locked(struct server *s)
 
 static json_t *record_of(const struct server__episode *e)
 {
-    return json_pack("{s:s, s:s, s:s?, s:I, s:I, s:I, s:I, s:O?}", "episode_id", e->id,
-                     "workspace", e->workspace, "task_id", e->task_id, "seed", (json_int_t)e->seed,
-                     "created_unix", (json_int_t)time(NULL) - (ca_now_us() - e->created_us) / 1000000,
-                     "wall_ms", (json_int_t)e->wall_ms, "ttl_ms", (json_int_t)e->ttl_ms, "result",
-                     e->result);
+    return json_pack("{s:s, s:s, s:s?, s:I, s:I, s:I, s:I, s:O?}", "episode_id", e->id, "workspace",
+                     e->workspace, "task_id", e->task_id, "seed", (json_int_t)e->seed,
+                     "created_unix",
+                     (json_int_t)time(NULL) - (ca_now_us() - e->created_us) / 1000000, "wall_ms",
+                     (json_int_t)e->wall_ms, "ttl_ms", (json_int_t)e->ttl_ms, "result", e->result);
 }
 
 static void save_record(struct server *s, const struct server__episode *e)
@@ -576,7 +576,8 @@ static json_t *tool_list_tasks(struct server *s, const json_t *args)
     json_t *t;
     int e = buf_addf(&text, "%" PRId64 " task(s)%s\n", matched,
                      s->tasks.n ? "" : " (this server was started without --tasks: pass code)");
-    json_array_foreach(tasks, i, t) e |= buf_addf(&text, "%s\n", json_string_value(json_object_get(t, "id")));
+    json_array_foreach(tasks, i, t) e |=
+        buf_addf(&text, "%s\n", json_string_value(json_object_get(t, "id")));
     if (e)
         LOG_DEBUG("list_tasks text cut");
     json_t *r = server__tool_result(text.data, text.len, sc, false);
@@ -783,8 +784,8 @@ out:
 
 /* Run one evaluation through the episode's own evaluator socket (what ./compile etc. use) and
  * return the record it made (new reference) and the reply's text in *text. */
-static int run_eval(struct server *s, struct server__episode *e, const char *stage,
-                    json_t **record, char **text, struct ca_err *err)
+static int run_eval(struct server *s, struct server__episode *e, const char *stage, json_t **record,
+                    char **text, struct ca_err *err)
 {
     *record = NULL;
     *text = NULL;
@@ -848,8 +849,7 @@ static json_t *tool_evaluate(struct server *s, const json_t *args)
         return bad;
     json_t *js = json_object_get(args, "stage");
     const char *stage = js ? json_string_value(js) : "profile";
-    if (!stage ||
-        (strcmp(stage, "compile") && strcmp(stage, "verify") && strcmp(stage, "profile")))
+    if (!stage || (strcmp(stage, "compile") && strcmp(stage, "verify") && strcmp(stage, "profile")))
         return server__tool_errorf("evaluate: stage must be compile, verify or profile");
     json_t *why = NULL;
     struct server__episode *e = pin(s, args, &why);
@@ -1048,9 +1048,9 @@ int server_call_tool(struct server *s, const char *name, const json_t *args, jso
     pthread_mutex_unlock(&s->mu);
     if (log_events_on())
         log_event("serve.tool", ca_now_us() - t0,
-                  json_pack("{s:s, s:s?, s:b}", "tool", name,
-                            "episode", json_string_value(json_object_get(args, "episode_id")),
-                            "is_error", err));
+                  json_pack("{s:s, s:s?, s:b}", "tool", name, "episode",
+                            json_string_value(json_object_get(args, "episode_id")), "is_error",
+                            err));
     *result = r;
     return 0;
 }

@@ -106,8 +106,7 @@ static void dispatch(struct stdio_ctx *c, const char *line, size_t len)
         return;
     /* The depth check of jsonx_parse runs first in server_rpc; json_loadb here only peeks
      * at what a well-formed line asks for, and is bounded by the line's own limit. */
-    if (t.len > c->s->o.max_body || jsonx_depth(t) > CA_LIMIT_JSON_DEPTH ||
-        !is_call(t.p, t.len)) {
+    if (t.len > c->s->o.max_body || jsonx_depth(t) > CA_LIMIT_JSON_DEPTH || !is_call(t.p, t.len)) {
         handle(c, t.p, t.len);
         return;
     }
@@ -181,8 +180,8 @@ int server_run_stdio(struct server *s, int in_fd, int out_fd, volatile sig_atomi
                     char m[128];
                     snprintf(m, sizeof(m), "Request too large: a message is at most %zu bytes",
                              max);
-                    emit(&c, json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
-                                       "error", "code", RPC_INVALID_REQUEST, "message", m));
+                    emit(&c, json_pack("{s:s, s:n, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", "error",
+                                       "code", RPC_INVALID_REQUEST, "message", m));
                 } else {
                     dispatch(&c, line.data, line.len);
                 }

@@ -40,8 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char root[] = "/tmp/fuzz-jsonrpc-XXXXXX";
         if (!mkdtemp(root))
             abort();
-        struct server_opts o = {.root = root, .state_dir = root, .flags = SERVER_NO_EPISODES,
-                                .max_body = 1 << 20};
+        struct server_opts o = {
+            .root = root, .state_dir = root, .flags = SERVER_NO_EPISODES, .max_body = 1 << 20};
         struct ca_err err;
         if (server_new(&o, &srv, &err) != 0)
             abort();

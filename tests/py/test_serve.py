@@ -223,6 +223,10 @@ def test_http_transport_errors(server):
     assert st == 404
     st, _, body = server.request("POST", "/mcp", "{nope", MCP_H)
     assert st == 400 and body["error"]["code"] == -32700 and body["id"] is None
+    # The 2026-07-28 probe: not served, answered so that clients fall back to initialize.
+    st, _, body = server.request("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method":
+                                                  "server/discover", "params": {}}, MCP_H)
+    assert st == 200 and body["error"]["code"] == -32601
     st, h, _ = server.request("GET", "/mcp", None, {"Accept": "text/event-stream"})
     assert st == 405 and "POST" in h["allow"]
     sid = raw_session(server)
