@@ -5,11 +5,13 @@ Starts the server, opens one MCP session (Streamable HTTP, raw HTTP/1.1 keep-ali
 asyncio, so the client costs little next to the server on a small machine) and one episode per
 worker, measures the memory of the idle episodes (PSS and USS of the server and of every
 episode's processes: its supervisor, the sandbox's init and its shell), then lets every worker
-make CALLS tool calls (Read, Glob, Grep, Bash in turn) as fast as answers come, and reports
+make CALLS tool calls (Read, Glob, Grep, Bash in turn), either as fast as answers come (closed
+loop: latency is then 256 / throughput, the machine's saturation) or at --rate calls per second
+per episode (open loop, Poisson: latency at a given load), and reports
 latency per call (p50/p90/p99/max, overall and per tool), throughput and errors; then finishes
 every episode. Prints one JSON object (and --md a Markdown table row set).
 
-    bench/serve_load.py [--episodes 256] [--calls 20] [--binary build/cuda-agent] [--md]
+    bench/serve_load.py [--episodes 256] [--calls 20] [--rate R] [--binary build/cuda-agent] [--md]
 """
 
 import argparse
@@ -17,6 +19,7 @@ import asyncio
 import json
 import os
 import pathlib
+import random
 import re
 import statistics
 import subprocess
@@ -108,11 +111,13 @@ def process_table():
     return ppid, cmd
 
 
-def episode_pids(server_pid):
-    """Supervisors are forks of the server (same command line) re-parented away; with them,
-    every process below them (the sandbox's init, the shells)."""
+def episode_pids(state_dir):
+    """Supervisors are forks of the `cuda-agent tool --state-dir STATE ...` the server runs to
+    start an episode, re-parented away; with them, every process below them (the sandbox's
+    init, the shells)."""
     ppid, cmd = process_table()
-    sups = {p for p, c in cmd.items() if c == cmd.get(server_pid) and p != server_pid}
+    key = b"\0--state-dir\0" + state_dir.encode() + b"\0"
+    sups = {p for p, c in cmd.items() if key in c and b"\0tool\0" in c}
     out, frontier = set(sups), set(sups)
     while frontier:
         frontier = {p for p, pp in ppid.items() if pp in frontier and p not in out}
@@ -152,7 +157,7 @@ async def main(a):
     await asyncio.gather(*(start(i) for i in range(a.episodes)))
     start_s = time.monotonic() - t0
     await asyncio.sleep(a.settle)
-    sups, pids = episode_pids(srv.pid)
+    sups, pids = episode_pids(env["CUDA_AGENT_STATE_DIR"])
     srv_pss, srv_uss = mem_of([srv.pid])
     ep_pss, ep_uss = mem_of(pids)
     mem = {
@@ -170,7 +175,10 @@ async def main(a):
     errors = []
 
     async def worker(i):
+        rng = random.Random(i)
         for k in range(a.calls):
+            if a.rate > 0:  # open loop: Poisson arrivals at `rate` calls/s per episode
+                await asyncio.sleep(rng.expovariate(a.rate))
             name, args = plan[(i + k) % len(plan)]
             t = time.monotonic()
             try:
@@ -198,6 +206,7 @@ async def main(a):
     srv.wait(60)
     out = {
         "episodes": a.episodes, "calls_per_episode": a.calls, "calls": len(allv),
+        "rate_per_episode": a.rate or "closed loop (as fast as answers come)",
         "errors": len(errors), "error_samples": errors[:5],
         "start_s": round(start_s, 2), "start_ms_p50": round(pct(start_ms, 50), 1),
         "start_ms_p99": round(pct(start_ms, 99), 1),
@@ -223,6 +232,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=256)
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="calls/s per episode, Poisson (0: closed loop, each worker's next "
+                         "call as soon as the last is answered)")
     ap.add_argument("--start-concurrency", type=int, default=8)
     ap.add_argument("--settle", type=float, default=3.0, help="seconds idle before measuring")
     ap.add_argument("--binary", default=str(REPO / "build" / "cuda-agent"))

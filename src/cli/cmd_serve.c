@@ -5,6 +5,7 @@
  */
 #include "cli/cli.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +148,9 @@ int cmd_serve(int argc, char **argv)
         .max_output = (size_t)max_output,
         .token = token.len ? token.data : NULL,
     };
+    /* One malloc arena per connection thread would cost ~100 KiB per idle keep-alive
+     * client; a few arenas serve two cores' worth of threads as well. */
+    (void)mallopt(M_ARENA_MAX, 4); /* 0 only for an unknown parameter */
     struct server *s = NULL;
     if (server_new(&so, &s, &err)) {
         rc = cli_fail(&err);

@@ -730,7 +730,7 @@ int server_run_http(struct server *s, const char *addr, volatile sig_atomic_t *s
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)HTTP_IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_done, &hc,
         MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 * 1024), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)(64 * 1024), MHD_OPTION_END);
+        (size_t)(32 * 1024), MHD_OPTION_END);
     if (!d)
         return err_setf(err, -EADDRINUSE, "cannot listen on %s: %s", addr, strerror(errno));
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);

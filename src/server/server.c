@@ -26,7 +26,10 @@
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/msg.h"
+#include "core/proc.h"
+#include "eval/eval.h"
 #include "eval/eval_report.h"
+#include "sandbox/sandbox.h"
 #include "tools/tools.h"
 #include "workspace/workspace.h"
 #include "core/banned.h"
@@ -587,6 +590,79 @@ static json_t *tool_list_tasks(struct server *s, const json_t *args)
 
 /* ---- start_episode ---- */
 
+extern char **environ;
+
+/*
+ * Start the episode's supervisor. Through this program's own `tool` command when it can be
+ * found: the supervisor is then forked from that small, fresh, single-threaded process, not
+ * from this one (a fork of a busy multi-threaded server would keep copies of its heap and of
+ * every thread's stack for as long as the episode lives: about 0.6 MiB an episode). The
+ * first call is a Bash `true`, which also starts the persistent shell.
+ */
+static int start_supervisor(struct server *s, const struct server__episode *e,
+                            struct ca_err *err)
+{
+    const char *exe = eval_sandbox_bin();
+    if (!exe || !strstr(exe, "cuda-agent")) {
+        struct episode_opts eo = ep_opts(s, e->id, e->workspace);
+        eo.idle_timeout_ms = e->ttl_ms;
+        json_t *ping = json_pack("{s:s}", "op", "ping"), *reply = NULL;
+        int rc = episode_request(&eo, ping, 60000, &reply, err);
+        json_decref(ping);
+        json_decref(reply);
+        return rc;
+    }
+    char ttl[32];
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)(e->ttl_ms + 999) / 1000);
+    const char *argv[16];
+    size_t n = 0;
+    argv[n++] = exe;
+    argv[n++] = "tool";
+    argv[n++] = "--workspace";
+    argv[n++] = e->workspace;
+    argv[n++] = "--episode";
+    argv[n++] = e->id;
+    argv[n++] = "--state-dir";
+    argv[n++] = s->state_dir;
+    argv[n++] = "--idle-timeout";
+    argv[n++] = ttl;
+    if (s->o.sandbox_flags & SANDBOX_INSECURE)
+        argv[n++] = "--insecure-no-sandbox";
+    argv[n++] = "Bash";
+    argv[n++] = "{\"command\": \"true\"}";
+    argv[n] = NULL;
+    /* The evaluator settings are the server's, whatever this process's environment says. */
+    size_t nenv = 0;
+    while (environ[nenv])
+        nenv++;
+    const char **envp = xcalloc(nenv + 3, sizeof(*envp));
+    size_t k = 0;
+    for (size_t i = 0; i < nenv; i++)
+        if (strncmp(environ[i], "CUDA_AGENT_EVALUATOR=", 21) &&
+            strncmp(environ[i], "CUDA_AGENT_EVAL_DEVICE=", 23))
+            envp[k++] = environ[i];
+    char *ev = s->o.evaluator ? xstrfmt("CUDA_AGENT_EVALUATOR=%s", s->o.evaluator) : NULL;
+    char *dev = s->o.eval_device ? xstrfmt("CUDA_AGENT_EVAL_DEVICE=%s", s->o.eval_device) : NULL;
+    if (ev)
+        envp[k++] = ev;
+    if (dev)
+        envp[k++] = dev;
+    struct proc_opts po = {.argv = argv, .env = envp, .timeout_ms = 60000, .merge_stderr = true};
+    struct proc_result r;
+    proc_result_init(&r);
+    int rc = proc_run(&po, &r, err);
+    if (rc == 0 && !proc_ok(&r)) {
+        buf_rtrim(&r.out);
+        rc = err_setf(err, r.exit_code == 69 ? CA_EUNAVAIL : CA_ECHILD, "%s",
+                      r.out.len ? r.out.data : "the episode's supervisor did not start");
+    }
+    proc_result_release(&r);
+    free(ev);
+    free(dev);
+    free(envp);
+    return rc;
+}
+
 static json_t *tool_start_episode(struct server *s, const json_t *args)
 {
     static const char *const keys[] = {"task", "code", "seed", "limits", NULL};
@@ -653,14 +729,8 @@ static json_t *tool_start_episode(struct server *s, const json_t *args)
     char *user = NULL;
     int64_t t0 = ca_now_us();
     rc = workspace_create(task, e->workspace, 0, &err);
-    json_t *reply = NULL;
-    if (rc == 0) {
-        struct episode_opts eo = ep_opts(s, e->id, e->workspace);
-        eo.idle_timeout_ms = e->ttl_ms;
-        json_t *ping = json_pack("{s:s}", "op", "ping");
-        rc = episode_request(&eo, ping, 60000, &reply, &err);
-        json_decref(ping);
-    }
+    if (rc == 0)
+        rc = start_supervisor(s, e, &err);
     char *skill_path = xstrfmt("%s/SKILL.md", e->workspace);
     if (rc == 0)
         rc = fs_read_file(skill_path, CA_LIMIT_TASK_BYTES, &skill, &err);
@@ -704,7 +774,6 @@ static json_t *tool_start_episode(struct server *s, const json_t *args)
         log_event("serve.episode_start", ca_now_us() - t0,
                   json_pack("{s:s, s:s}", "episode", e->id, "task", e->task_id));
 out:
-    json_decref(reply);
     free(user);
     buf_release(&skill);
     task_release(&inline_task);
