@@ -141,7 +141,7 @@ json_t *server__openenv_schema(struct server *s)
     size_t i;
     json_t *t;
     json_array_foreach(s->tool_list, i, t) json_array_append(names, json_object_get(t, "name"));
-    return json_pack(
+    json_t *v = json_pack(
         "{s:{s:s, s:{s:{s:s, s:o}, s:{s:s}, s:{s:s}}, s:[s]}, s:{s:s, s:{s:{s:s}, s:{s:s}, "
         "s:{s:s}, s:{s:s}, s:{s:s}}}, s:{s:s, s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}}, s:O}",
         "action", "type", "object", "properties", "tool", "type", "string", "enum", names,
@@ -151,6 +151,9 @@ json_t *server__openenv_schema(struct server *s)
         "type", "string", "state", "type", "object", "properties", "episode_id", "type", "string",
         "step_count", "type", "integer", "done", "type", "boolean", "reward", "type", "number",
         "tools", s->tool_list);
+    /* The tools' schemas where verifiers' OpenEnv engine shows the model the action schema. */
+    json_object_set(json_object_get(v, "action"), "available_tools", s->tool_list);
+    return v;
 }
 
 /* ---- SHA-1 (RFC 3174) and base64, for Sec-WebSocket-Accept ---- */

@@ -599,8 +599,7 @@ extern char **environ;
  * every thread's stack for as long as the episode lives: about 0.6 MiB an episode). The
  * first call is a Bash `true`, which also starts the persistent shell.
  */
-static int start_supervisor(struct server *s, const struct server__episode *e,
-                            struct ca_err *err)
+static int start_supervisor(struct server *s, const struct server__episode *e, struct ca_err *err)
 {
     const char *exe = eval_sandbox_bin();
     if (!exe || !strstr(exe, "cuda-agent")) {

@@ -426,3 +426,32 @@ def test_openenv_client(server):
     assert st == 422
     st, _, r = server.request("POST", "/reset", "{bad")
     assert st == 422
+
+
+def test_integrations(server):
+    """The verl reward function and the verifiers taskset against a live server."""
+    import sys
+    sys.path.insert(0, str(REPO / "integrations" / "verl"))
+    import reward
+    st, _, r = server.request("POST", "/reset", {"task": "task"})
+    ep = r["observation"]["episode_id"]
+    rollout = f"... Started episode {ep} for task ... (the model's turns) ..."
+    os.environ["CUDA_AGENT_SERVE_URL"] = server.url + "/mcp"
+    assert reward.compute_score("cuda-agent", rollout, None, {}) == -1.0  # nothing correct
+    assert reward.finish(ep)["episode_id"] == ep  # finished: its stored result again
+    assert reward.compute_score("cuda-agent", "no episode here", None) == -1.0
+    st, _, schema = server.request("GET", "/schema")
+    assert any(t["name"] == "finish" for t in schema["action"]["available_tools"])
+    try:
+        from verifiers.v1.tasksets.openenv.taskset import parse_action
+    except ImportError as e:  # verifiers pins mcp==2.0.0, which the rest of .venv outgrew
+        pytest.skip(f"verifiers is not importable: {e}")
+    sys.path.insert(0, str(REPO / "integrations" / "verifiers"))
+    import cuda_agent_verifiers as cav
+    assert len(cav.task_ids(server.url)) == 1
+    tasks = list(cav.taskset(server.url).load())
+    assert len(tasks) == 1 and tasks[0].data.reset["task"].startswith("task-")
+    action = parse_action('```json\n{"tool": "list_tasks", "arguments": {}}\n```',
+                          schema["action"])
+    st, _, r = server.request("POST", "/step", {"action": action})
+    assert st == 200 and r["observation"]["structured"]["total"] == 1
