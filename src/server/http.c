@@ -343,13 +343,13 @@ static bool ws_message(struct ws_conn *w, const char *p, size_t n)
         json_t *obs = server__openenv_reset(w->s, data, &status);
         const char *id =
             json_string_value(json_object_get(json_object_get(obs, "observation"), "episode_id"));
-        if (status == 200 && id)
+        if (status == 200 && id) {
             snprintf(w->episode, sizeof(w->episode), "%s", id);
-        out = status == 200 ? json_pack("{s:s, s:o}", "type", "observation", "data", obs)
-                            : (json_decref(obs), ws_error("EXECUTION_ERROR", "reset failed"));
-        if (status != 200) {
-            json_decref(out);
-            out = ws_error("EXECUTION_ERROR", "reset failed: see the server log");
+            out = json_pack("{s:s, s:o}", "type", "observation", "data", obs);
+        } else {
+            const char *msg = json_string_value(json_object_get(obs, "error"));
+            out = ws_error("EXECUTION_ERROR", msg ? msg : "reset failed");
+            json_decref(obs);
         }
     } else if (strcmp(type, "step") == 0) {
         json_t *req = json_pack("{s:O}", "action", data);

@@ -437,8 +437,12 @@ def test_integrations(server):
     ep = r["observation"]["episode_id"]
     rollout = f"... Started episode {ep} for task ... (the model's turns) ..."
     os.environ["CUDA_AGENT_SERVE_URL"] = server.url + "/mcp"
-    assert reward.compute_score("cuda-agent", rollout, None, {}) == -1.0  # nothing correct
-    assert reward.finish(ep)["episode_id"] == ep  # finished: its stored result again
+    # The final evaluation of a skeleton workspace is test_openenv_client's; here the model
+    # "ran" nothing: finish without it, and the reward function reads the stored result.
+    r = reward.finish(ep, final_eval=False)
+    assert r["episode_id"] == ep and r["reward"] == -1 and r["final"] is None
+    assert reward.compute_score("cuda-agent", rollout, None, {}) == -1.0
+    assert reward.compute_score("cuda-agent", "x", None, {"episode_id": ep}) == -1.0
     assert reward.compute_score("cuda-agent", "no episode here", None) == -1.0
     st, _, schema = server.request("GET", "/schema")
     assert any(t["name"] == "finish" for t in schema["action"]["available_tools"])
