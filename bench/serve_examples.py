@@ -70,7 +70,7 @@ async def main(a):
     env = dict(os.environ)
     env.setdefault("CUDA_AGENT_STATE_DIR", os.path.join(tmp, "state"))
     srv = subprocess.Popen([a.binary, "serve", "--http", "127.0.0.1:0", "--root",
-                            os.path.join(tmp, "root"), "--device", a.device],
+                            os.path.join(tmp, "root"), "--device", a.device, "--allow-task-code"],
                            stderr=subprocess.PIPE, text=True, env=env)
     line = srv.stderr.readline()
     m = re.search(r"listening on (http://\S+) ", line)

@@ -29,7 +29,7 @@ static void on_signal(int sig)
 
 int cmd_serve(int argc, char **argv)
 {
-    bool use_stdio = false, insecure = false, log_json = false;
+    bool use_stdio = false, insecure = false, log_json = false, allow_code = false;
     const char *http = NULL, *root = NULL, *tasks = NULL, *state_dir = NULL, *token_file = NULL;
     const char *device = NULL;
     int64_t max_episodes = 0, ttl_s = 0, wall_s = 0, max_body = 0, max_output = 0, drain_s = 600;
@@ -60,6 +60,9 @@ int cmd_serve(int argc, char **argv)
          "loopback"},
         {"drain-timeout", 0, CLI_OPT_INT, &drain_s, "SEC",
          "on SIGTERM, wait this long for requests in flight (600)", 0, 86400},
+        {"allow-task-code", 0, CLI_OPT_FLAG, &allow_code, NULL,
+         "let HTTP clients start episodes from inline task code (it runs in the evaluator's "
+         "trusted reference process; stdio always may)"},
         {"log-json", 0, CLI_OPT_FLAG, &log_json, NULL,
          "JSON-lines events (requests, tool calls, episodes) on stderr"},
         {"insecure-no-sandbox", 0, CLI_OPT_FLAG, &insecure, NULL,
@@ -147,6 +150,7 @@ int cmd_serve(int argc, char **argv)
         .max_body = (size_t)max_body,
         .max_output = (size_t)max_output,
         .token = token.len ? token.data : NULL,
+        .allow_code = allow_code || use_stdio,
     };
     /* One malloc arena per connection thread would cost ~100 KiB per idle keep-alive
      * client; a few arenas serve two cores' worth of threads as well. */

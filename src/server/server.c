@@ -683,6 +683,9 @@ static json_t *tool_start_episode(struct server *s, const json_t *args)
     if ((jt && !json_is_string(jt)) || (jc && !json_is_string(jc)) || (!jt == !jc))
         return server__tool_errorf("start_episode: give either task (a string from list_tasks) "
                                    "or code (the task's Python source)");
+    if (jc && !s->o.allow_code)
+        return server__tool_errorf("start_episode: this server takes only its own tasks (task, "
+                                   "from list_tasks): inline code needs --allow-task-code");
     if (s->o.flags & SERVER_NO_EPISODES)
         return server__tool_errorf("start_episode: this server starts no episodes");
     struct ca_err err = {0};

@@ -58,6 +58,10 @@ struct server_opts {
     size_t max_output;       /* bytes of one tool result's text; 0: CA_LIMIT_TOOL_OUTPUT */
     int64_t max_sessions;    /* MCP sessions kept (oldest idle dropped); 0: default */
     const char *token;       /* bearer token HTTP requests must carry; NULL: none */
+    /* Accept start_episode's inline `code`: the task's code runs in the evaluator's trusted
+     * reference process, so only clients trusted with that may send it (stdio's parent, or
+     * an operator's explicit --allow-task-code). Otherwise only --tasks' tasks. */
+    bool allow_code;
 };
 
 struct server;

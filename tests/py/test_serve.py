@@ -231,6 +231,13 @@ def test_http_transport_errors(server):
     assert st == 405 and "POST" in h["allow"]
     sid = raw_session(server)
     H = {**MCP_H, "Mcp-Session-Id": sid}
+    # Inline task code runs in the evaluator's trusted process: not from HTTP clients unless
+    # the operator allows it.
+    st, _, body = server.request("POST", "/mcp", {
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "start_episode", "arguments": {"code": (CPU / "task.py").read_text()}}}, H)
+    assert body["result"]["isError"] and "--allow-task-code" in \
+        body["result"]["content"][0]["text"]
     st, _, body = server.request("POST", "/mcp", tl, H)
     assert st == 200 and any(t["name"] == "finish" for t in body["result"]["tools"])
     cases = [
@@ -338,7 +345,8 @@ def call(server, sid, name, args, id_=100):
 
 
 def test_limits(env):
-    s = Server(env, "limits", "--max-episodes", "1", "--episode-wall", "2", "--max-output", "2048")
+    s = Server(env, "limits", "--max-episodes", "1", "--episode-wall", "2", "--max-output", "2048",
+               "--allow-task-code")
     try:
         sid = raw_session(s)
         r = call(s, sid, "start_episode", {"code": (CPU / "task.py").read_text()})
