@@ -174,10 +174,12 @@ static enum MHD_Result mcp_post(struct MHD_Connection *c, struct server *s, stru
                               "Session not found: it ended or never existed; initialize a new "
                               "one");
         const char *pv = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
-        if (pv && *sess->version && strcmp(pv, sess->version) != 0)
+        if (pv && *sess->version && strcmp(pv, sess->version) != 0) {
+            server_session_release(s, sess);
             return send_error(c, s, MHD_HTTP_BAD_REQUEST, RPC_INVALID_REQUEST,
                               "Bad Request: MCP-Protocol-Version does not match the session's "
                               "negotiated revision");
+        }
     } else {
         /* Without a session only initialize may come; server_rpc refuses anything else. */
         json_t *m = json_loadb(rq->body.data, rq->body.len, 0, NULL);
@@ -197,12 +199,16 @@ static enum MHD_Result mcp_post(struct MHD_Connection *c, struct server *s, stru
     bool parse_error;
     struct server_session *before = sess;
     server_rpc(s, &sess, rq->body.data, rq->body.len, &reply, &parse_error);
-    if (!reply)
-        return send_body(c, s, MHD_HTTP_ACCEPTED, NULL, "", 0, NULL, NULL);
+    enum MHD_Result r;
     unsigned status = parse_error ? MHD_HTTP_BAD_REQUEST : MHD_HTTP_OK;
-    if (!before && sess && json_object_get(reply, "result"))
-        return send_json(c, s, status, reply, "Mcp-Session-Id", sess->id);
-    return send_json(c, s, status, reply, NULL, NULL);
+    if (!reply)
+        r = send_body(c, s, MHD_HTTP_ACCEPTED, NULL, "", 0, NULL, NULL);
+    else if (!before && sess && json_object_get(reply, "result"))
+        r = send_json(c, s, status, reply, "Mcp-Session-Id", sess->id);
+    else
+        r = send_json(c, s, status, reply, NULL, NULL);
+    server_session_release(s, sess);
+    return r;
 }
 
 static enum MHD_Result mcp_delete(struct MHD_Connection *c, struct server *s)
@@ -458,8 +464,10 @@ static void *ws_main(void *arg)
     }
     buf_release(&msg);
     buf_release(&w->pending);
-    if (w->sess)
+    if (w->sess) {
         (void)server_session_end(w->s, w->sess->id);
+        server_session_release(w->s, w->sess);
+    }
     /* The episode outlives the connection until its TTL, as any other. */
     MHD_upgrade_action(w->urh, MHD_UPGRADE_ACTION_CLOSE);
     free(w);

@@ -294,11 +294,35 @@ void server__inflight_add(struct server *s, int d)
 
 /* ---- sessions ---- */
 
+/* Take *pp out of the list; free it unless someone still holds it. Under mu. */
+static void unlink_session_locked(struct server *s, struct server_session **pp)
+{
+    struct server_session *gone = *pp;
+    *pp = gone->next;
+    gone->next = NULL;
+    gone->ended = true;
+    s->nsessions--;
+    if (gone->refs == 0)
+        free(gone);
+}
+
+void server_session_release(struct server *s, struct server_session *sess)
+{
+    if (!sess)
+        return;
+    pthread_mutex_lock(&s->mu);
+    bool gone = --sess->refs == 0 && sess->ended;
+    pthread_mutex_unlock(&s->mu);
+    if (gone)
+        free(sess);
+}
+
 struct server_session *server_session_new(struct server *s)
 {
     struct server_session *n = xcalloc(1, sizeof(*n));
     random_hex(n->id, SERVER_SESSION_ID_LEN);
     n->last_us = ca_now_us();
+    n->refs = 1;
     pthread_mutex_lock(&s->mu);
     if (s->nsessions >= s->o.max_sessions) {
         /* Drop the least recently used: a client that comes back gets 404 and
@@ -307,10 +331,7 @@ struct server_session *server_session_new(struct server *s)
         for (; *pp; pp = &(*pp)->next)
             if ((*pp)->last_us < (*oldest)->last_us)
                 oldest = pp;
-        struct server_session *gone = *oldest;
-        *oldest = gone->next;
-        free(gone);
-        s->nsessions--;
+        unlink_session_locked(s, oldest);
     }
     n->next = s->sessions;
     s->sessions = n;
@@ -326,6 +347,7 @@ struct server_session *server_session_find(struct server *s, const char *id)
     for (; p; p = p->next)
         if (strcmp(p->id, id) == 0) {
             p->last_us = ca_now_us();
+            p->refs++;
             break;
         }
     pthread_mutex_unlock(&s->mu);
@@ -348,10 +370,7 @@ int server_session_end(struct server *s, const char *id)
     pthread_mutex_lock(&s->mu);
     for (struct server_session **pp = &s->sessions; *pp; pp = &(*pp)->next)
         if (strcmp((*pp)->id, id) == 0) {
-            struct server_session *gone = *pp;
-            *pp = gone->next;
-            free(gone);
-            s->nsessions--;
+            unlink_session_locked(s, pp);
             rc = 0;
             break;
         }

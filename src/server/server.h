@@ -83,10 +83,16 @@ const struct server_opts *server_opts(const struct server *s);
 void server_rpc(struct server *s, struct server_session **sess, const char *body, size_t len,
                 json_t **reply, bool *parse_error);
 
+/*
+ * Sessions are reference-counted, since a DELETE or an eviction may come while another
+ * request still uses one: server_session_new and server_session_find return a reference
+ * that the caller gives back with server_session_release (NULL is a no-op).
+ */
 /* A new session not yet initialized (stdio holds exactly one). */
 struct server_session *server_session_new(struct server *s);
 /* The session with this id (NULL when unknown or ended); counts as use. */
 struct server_session *server_session_find(struct server *s, const char *id);
+void server_session_release(struct server *s, struct server_session *sess);
 const char *server_session_id(const struct server_session *sess);
 /* The negotiated protocol revision ("" before initialize). */
 const char *server_session_version(const struct server_session *sess);

@@ -33,6 +33,8 @@ struct server_session {
     char version[16]; /* "" until initialize */
     bool initialized; /* initialize answered */
     int64_t last_us;
+    int refs;   /* holders: server_session_new/find's callers (under the server's mu) */
+    bool ended; /* out of the list (DELETE, eviction); freed at the last release */
     struct server_session *next;
 };
 

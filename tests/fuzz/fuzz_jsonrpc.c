@@ -67,5 +67,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         p += n + (nl ? 1 : 0);
     }
     (void)server_session_end(srv, id);
+    server_session_release(srv, sess);
     return 0;
 }
