@@ -10,12 +10,21 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "core/limits.h"
 #include "server/server.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct server *srv;
+static char root[] = "/tmp/fuzz-jsonrpc-XXXXXX";
+
+static void remove_root(void)
+{
+    struct ca_err err;
+    if (fs_remove_tree(root, &err))
+        fprintf(stderr, "fuzz_jsonrpc: %s\n", err.msg);
+}
 
 static void check_one(const json_t *r)
 {
@@ -37,9 +46,9 @@ static void check_one(const json_t *r)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!srv) {
-        char root[] = "/tmp/fuzz-jsonrpc-XXXXXX";
         if (!mkdtemp(root))
             abort();
+        atexit(remove_root);
         struct server_opts o = {
             .root = root, .state_dir = root, .flags = SERVER_NO_EPISODES, .max_body = 1 << 20};
         struct ca_err err;
