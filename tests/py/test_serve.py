@@ -184,8 +184,23 @@ async def whole_episode(client, evaluate_stages):
     return fin, records
 
 
+def require_cpu_evaluator():
+    """The CPU-mode evaluator needs PyTorch (for the harness) and nvcc (for the .cu), as
+    tests/it/lib.sh's require_cpu_evaluator says."""
+    import importlib.util
+    import shutil
+    for need, have in (("torch", importlib.util.find_spec("torch") is not None),
+                       ("nvcc", shutil.which("nvcc") or os.access("/usr/local/cuda/bin/nvcc",
+                                                                  os.X_OK))):
+        if not have:
+            if required(need):
+                pytest.fail(f"no {need}, but TEST_REQUIRE lists it")
+            pytest.skip(f"the CPU-mode evaluator needs {need}")
+
+
 def test_stdio_whole_episode(env):
     """The mcp SDK over stdio: a whole episode, verified on the CPU-mode evaluator."""
+    require_cpu_evaluator()
     params = StdioServerParameters(command=CA, args=serve_args(env, "stdio", "--stdio"), env=env)
 
     async def main():
@@ -201,6 +216,7 @@ def test_stdio_whole_episode(env):
 
 def test_http_whole_episode(server):
     """The mcp SDK over Streamable HTTP: the same episode, compile-only (cached compile)."""
+    require_cpu_evaluator()
 
     async def main():
         async with Client(server.url + "/mcp", read_timeout_seconds=600) as client:
