@@ -483,3 +483,24 @@ def test_integrations(server):
                           schema["action"])
     st, _, r = server.request("POST", "/step", {"action": action})
     assert st == 200 and r["observation"]["structured"]["total"] == 1
+
+
+def test_idle_ttl(env):
+    """An episode left idle past its TTL ends by itself (its supervisor and sandbox with it),
+    and the server says so; its slot is free again."""
+    s = Server(env, "ttl", "--episode-ttl", "1", "--max-episodes", "1")
+    try:
+        sid = raw_session(s)
+        ep = call(s, sid, "start_episode", {"task": "task"})["structuredContent"]["episode_id"]
+        sock = pathlib.Path(env["CUDA_AGENT_STATE_DIR"]) / ep / "sock"
+        assert sock.exists()
+        time.sleep(2.5)
+        r = call(s, sid, "Bash", {"episode_id": ep, "command": "true"})
+        assert r["isError"] and "idle TTL" in r["content"][0]["text"]
+        assert not sock.exists()  # the supervisor is gone
+        st, _, m = s.request("GET", "/metrics")
+        assert "cuda_agent_episodes_expired_total 1" in m and "cuda_agent_episodes_live 0" in m
+        r = call(s, sid, "start_episode", {"task": "task"})
+        assert not r["isError"], r
+    finally:
+        assert s.stop() == 0
