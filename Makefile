@@ -9,7 +9,7 @@
 
 CC ?= cc
 PKG_CONFIG ?= pkg-config
-PKGS := jansson libxxhash libpcre2-8 libseccomp libelf libcurl sqlite3
+PKGS := jansson libxxhash libpcre2-8 libseccomp libelf libcurl sqlite3 libmicrohttpd
 SANITIZE ?=
 WERROR ?=
 

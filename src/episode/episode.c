@@ -20,6 +20,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,6 +35,10 @@
 #include "core/msg.h"
 #include "sandbox/shell.h"
 #include "core/banned.h"
+
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
 
 #define BASH_TIMEOUT_DEFAULT_MS 120000
 #define START_TIMEOUT_MS 15000
@@ -543,7 +548,15 @@ static int start_supervisor(const struct episode_opts *o, const char *dir, struc
             _exit(1);
         (void)signal(SIGPIPE, SIG_IGN); /* SIG_ERR only for an invalid signal */
         (void)signal(SIGHUP, SIG_IGN);
-        supervise(o, dir, p[1]);
+        /* Keep nothing of the caller's but the ready pipe (as fd 3): a server's listening
+         * socket or client connections held here would outlive the server and hang its
+         * clients. */
+        if (dup2(p[1], 3) < 0)
+            _exit(1);
+        if (syscall(SYS_close_range, 4U, ~0U, 0U) != 0)
+            for (int fd = 4; fd < 65536; fd++)
+                (void)close(fd); /* EBADF for the fds not open: fine */
+        supervise(o, dir, 3);
     }
     close(p[1]);
     free(log_path);

@@ -1,0 +1,81 @@
+/*
+ * libFuzzer target: the MCP JSON-RPC layer (server_rpc) must answer every
+ * input - one message per line, on one session, so initialize followed by
+ * calls is reached - with nothing (notifications, responses) or a well-formed
+ * JSON-RPC reply, and never crash or leak. The server starts no episodes
+ * (SERVER_NO_EPISODES); tool calls reach the tools' argument checks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/fs.h"
+#include "core/limits.h"
+#include "server/server.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct server *srv;
+static char root[] = "/tmp/fuzz-jsonrpc-XXXXXX";
+
+static void remove_root(void)
+{
+    struct ca_err err;
+    if (fs_remove_tree(root, &err))
+        fprintf(stderr, "fuzz_jsonrpc: %s\n", err.msg);
+}
+
+static void check_one(const json_t *r)
+{
+    if (!json_is_object(r) || strcmp(json_string_value(json_object_get(r, "jsonrpc")), "2.0"))
+        __builtin_trap();
+    const json_t *err = json_object_get(r, "error");
+    const json_t *res = json_object_get(r, "result");
+    if (!err == !res)
+        __builtin_trap();
+    if (err) {
+        json_int_t c = json_integer_value(json_object_get(err, "code"));
+        if (c != -32700 && c != -32600 && c != -32601 && c != -32602 && c != -32603)
+            __builtin_trap();
+        if (!json_is_string(json_object_get(err, "message")))
+            __builtin_trap();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!srv) {
+        if (!mkdtemp(root))
+            abort();
+        atexit(remove_root);
+        struct server_opts o = {
+            .root = root, .state_dir = root, .flags = SERVER_NO_EPISODES, .max_body = 1 << 20};
+        struct ca_err err;
+        if (server_new(&o, &srv, &err) != 0)
+            abort();
+    }
+    struct server_session *sess = server_session_new(srv);
+    char id[64];
+    snprintf(id, sizeof(id), "%s", server_session_id(sess));
+    const char *p = (const char *)data, *end = p + size;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = (size_t)((nl ? nl : end) - p);
+        json_t *reply = NULL;
+        bool parse_error;
+        server_rpc(srv, &sess, p, n, &reply, &parse_error);
+        if (json_is_array(reply)) {
+            size_t i;
+            json_t *r;
+            json_array_foreach(reply, i, r) check_one(r);
+        } else if (reply) {
+            check_one(reply);
+        }
+        json_decref(reply);
+        p += n + (nl ? 1 : 0);
+    }
+    (void)server_session_end(srv, id);
+    server_session_release(srv, sess);
+    return 0;
+}

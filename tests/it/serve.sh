@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Black-box tests of `cuda-agent serve` with curl and a pipe, so that the server's C paths run
+# under the sanitizer pass too (tests/py/test_serve.py drives it with the real mcp and
+# openenv-core clients): MCP over stdio (malformed, out-of-order, oversized lines), Streamable
+# HTTP (sessions, Accept/Content-Type rules, 404/405/413, the token), an episode's tool calls
+# and finish, /metrics, and a drain on SIGTERM with a call in flight.
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
+export CUDA_AGENT_STATE_DIR=$PWD/state
+TASKS=$CA_REPO/examples/tasks
+INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"it","version":"0"}}}'
+srv_pid=
+cleanup() { [ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null && wait "$srv_pid" 2>/dev/null; rm -f "$OUT" "$ERR"; }
+trap cleanup EXIT
+
+run "$CA" serve
+expect "serve needs --stdio or --http" 2 "" "--stdio"
+run "$CA" serve --http 0.0.0.0:0
+expect "no token off loopback" 2 "" "token"
+run "$CA" serve --http nonsense
+expect "bad address" 2 "" "ADDR:PORT"
+
+# -- stdio
+printf '%s\n' '{"jsonrpc":"2.0","id":0,"method":"tools/list"}' "$INIT" '{oops' \
+    '{"jsonrpc":"2.0","method":"notifications/initialized"}' \
+    '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' \
+    '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"nope"}}' \
+    '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"list_tasks","arguments":{}}}' \
+    '[{"jsonrpc":"2.0","id":5,"method":"ping"}]' >"$PWD/in.jsonl"
+run "$CA" serve --stdio --root "$PWD/r1" --tasks "$TASKS" <"$PWD/in.jsonl"
+expect "stdio: runs to end of input" 0 '"protocolVersion":"2025-11-25"'
+assert "stdio: tools/list before initialize is refused" grep -q '"id":0,"error":{"code":-32600' "$OUT"
+assert "stdio: parse error" grep -q '"code":-32700' "$OUT"
+assert "stdio: unknown tool is -32602" grep -q '"id":3,"error":{"code":-32602' "$OUT"
+assert "stdio: list_tasks lists the examples" grep -q 'softmax_last_dim' "$OUT"
+assert "stdio: no batches in 2025-11-25" grep -q 'batches are not part' "$OUT"
+assert "stdio: one reply per request, none for the notification" [ "$(wc -l <"$OUT")" -eq 7 ]
+
+# -- HTTP
+"$CA" serve --http 127.0.0.1:0 --root "$PWD/r2" --tasks "$TASKS" --max-body 65536 \
+    2>"$PWD/srv.log" &
+srv_pid=$!
+for _ in $(seq 100); do grep -q 'listening on' "$PWD/srv.log" && break; sleep 0.1; done
+PORT=$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$PWD/srv.log")
+assert "http: listening on a free port" [ -n "$PORT" ]
+U=http://127.0.0.1:$PORT
+hc() { # hc NAME STATUS curl-args... -- checks the HTTP status; body in $OUT
+    local name=$1 want=$2
+    shift 2
+    local got
+    got=$(curl -s -m 60 -o "$OUT" -D "$ERR" -w '%{http_code}' "$@")
+    if [ "$got" = "$want" ]; then ok "$name"; else bad "$name" "HTTP $got, expected $want"; fi
+}
+A=(-H 'Accept: application/json, text/event-stream' -H 'Content-Type: application/json')
+hc "health" 200 "$U/health"
+hc "Accept rules: 406" 406 -H 'Content-Type: application/json' -d "$INIT" "$U/mcp"
+hc "Content-Type rules: 415" 415 -H 'Accept: application/json, text/event-stream' -d "$INIT" "$U/mcp"
+hc "no session: 400" 400 "${A[@]}" -d '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' "$U/mcp"
+hc "GET /mcp: 405" 405 "$U/mcp"
+hc "oversized body: 413" 413 "${A[@]}" --data-binary @<(head -c 100000 /dev/zero | tr '\0' ' ') "$U/mcp"
+hc "bad JSON: 400" 400 "${A[@]}" -d '{x' "$U/mcp"
+assert "bad JSON: -32700" grep -q -- '-32700' "$OUT"
+hc "initialize" 200 "${A[@]}" -d "$INIT" "$U/mcp"
+SID=$(tr -d '\r' <"$ERR" | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
+assert "initialize gives a session id" [ ${#SID} -eq 32 ]
+S=("${A[@]}" -H "Mcp-Session-Id: $SID")
+hc "notification: 202" 202 "${S[@]}" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "$U/mcp"
+call() { hc "$1" 200 "${S[@]}" -d "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":\"$2\",\"arguments\":$3}}" "$U/mcp"; }
+field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["result"]
+for k in sys.argv[2].split("."): d = d[k]
+print(d)' "$OUT" "$1"; }
+call "start_episode" start_episode '{"task":"softmax_last_dim"}'
+EP=$(field structuredContent.episode_id 2>/dev/null)
+if [ -z "$EP" ] && grep -q namespaces "$OUT"; then
+    skip userns "http: an episode" "no sandbox on this host"
+else
+    assert "start_episode: an episode id" [ "${EP#ep-}" != "$EP" ]
+    call "Bash in the episode" Bash "{\"episode_id\":\"$EP\",\"command\":\"echo hi-from-\$((6*7))\"}"
+    assert "Bash output" grep -q 'hi-from-42' "$OUT"
+    call "Read in the episode" Read "{\"episode_id\":\"$EP\",\"file_path\":\"model.py\"}"
+    assert "Read output" grep -q 'class Model' "$OUT"
+    # Drain: SIGTERM while a call runs; it still gets its answer, then the server exits 0.
+    (sleep 0.5; kill -TERM $srv_pid) &
+    call "a call in flight over SIGTERM" Bash "{\"episode_id\":\"$EP\",\"command\":\"sleep 1.5; echo drained\"}"
+    assert "its result came" grep -q drained "$OUT"
+    wait $srv_pid
+    assert "the server exits 0 after draining" [ $? -eq 0 ]
+    srv_pid=
+    "$CA" serve --http 127.0.0.1:$PORT --root "$PWD/r2" --tasks "$TASKS" 2>>"$PWD/srv.log" &
+    srv_pid=$!
+    for _ in $(seq 100); do curl -sf "$U/health" >/dev/null && break; sleep 0.1; done
+    hc "the old session is gone" 404 "${S[@]}" -d '{"jsonrpc":"2.0","id":2,"method":"tools/list"}' "$U/mcp"
+    hc "initialize again" 200 "${A[@]}" -d "$INIT" "$U/mcp"
+    SID=$(tr -d '\r' <"$ERR" | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
+    S=("${A[@]}" -H "Mcp-Session-Id: $SID")
+    call "finish on a restarted server" finish "{\"episode_id\":\"$EP\",\"final_eval\":false}"
+    assert "finish: reward -1 without a correct evaluation" [ "$(field structuredContent.reward)" = -1 ]
+fi
+hc "metrics" 200 "$U/metrics"
+assert "metrics: Prometheus text" grep -q '^# TYPE cuda_agent_tool_call_seconds histogram' "$OUT"
+hc "DELETE ends the session" 200 -X DELETE -H "Mcp-Session-Id: $SID" "$U/mcp"
+hc "the ended session: 404" 404 "${S[@]}" -d '{"jsonrpc":"2.0","id":2,"method":"ping"}' "$U/mcp"
+kill -TERM $srv_pid
+wait $srv_pid
+assert "SIGTERM: exit 0" [ $? -eq 0 ]
+srv_pid=
+finish
