@@ -66,31 +66,15 @@ static const char *CSS =
     "#e3e6ee;border-radius:6px;padding:8px 14px;min-width:150px}.card b{display:block;"
     "font-size:22px}";
 
-static void fmt_pct(char *o, size_t n, double v)
-{
-    if (isfinite(v))
-        snprintf(o, n, "%.1f%%", 100 * v);
-    else
-        snprintf(o, n, "&mdash;");
-}
-
-static void fmt_x(char *o, size_t n, double v)
-{
-    if (isfinite(v))
-        snprintf(o, n, "%.2fx", v);
-    else
-        snprintf(o, n, "&mdash;");
-}
-
 static int metrics_row(struct buf *b, const char *cls, const char *name,
                        const struct bench_level_metrics *l)
 {
     char pr[24], fe[24], fc[24], ge[24], gc[24], pk[24];
-    fmt_pct(pr, sizeof(pr), l->pass_rate);
-    fmt_pct(fe, sizeof(fe), l->faster_eager_rate);
-    fmt_pct(fc, sizeof(fc), l->faster_compile_rate);
-    fmt_x(ge, sizeof(ge), l->geomean_eager);
-    fmt_x(gc, sizeof(gc), l->geomean_compile);
+    bench__fmt_rate(pr, sizeof(pr), l->pass_rate, "&mdash;");
+    bench__fmt_rate(fe, sizeof(fe), l->faster_eager_rate, "&mdash;");
+    bench__fmt_rate(fc, sizeof(fc), l->faster_compile_rate, "&mdash;");
+    bench__fmt_times(ge, sizeof(ge), l->geomean_eager, 2, "&mdash;");
+    bench__fmt_times(gc, sizeof(gc), l->geomean_compile, 2, "&mdash;");
     if (isfinite(l->peak_fraction_median))
         snprintf(pk, sizeof(pk), "%.3f", l->peak_fraction_median);
     else
@@ -124,10 +108,10 @@ static int metrics_table(struct buf *b, const struct bench_metrics *m)
     for (size_t k = 0; k < bench_npublished && !rc; k++) {
         const struct bench_published *p = &bench_published[k];
         char pr[24], fe[24], fc[24], gc[24];
-        fmt_pct(pr, sizeof(pr), p->pass_rate);
-        fmt_pct(fe, sizeof(fe), p->faster_eager_rate);
-        fmt_pct(fc, sizeof(fc), p->faster_compile_rate);
-        fmt_x(gc, sizeof(gc), p->geomean_compile);
+        bench__fmt_rate(pr, sizeof(pr), p->pass_rate, "&mdash;");
+        bench__fmt_rate(fe, sizeof(fe), p->faster_eager_rate, "&mdash;");
+        bench__fmt_rate(fc, sizeof(fc), p->faster_compile_rate, "&mdash;");
+        bench__fmt_times(gc, sizeof(gc), p->geomean_compile, 2, "&mdash;");
         rc = buf_addf(b,
                       "<tr class=\"pub\"><td>%s</td><td>250</td><td>&mdash;</td><td>%s</td>"
                       "<td>%s</td><td>%s</td><td>&mdash;</td><td>%s</td><td>&mdash;</td>"
@@ -431,10 +415,10 @@ int bench_report_html(const json_t *ex, struct buf *b)
             rc = buf_addstr(b, " &middot; ");
     }
     char v1[32], v2[32], v3[32], v4[32];
-    fmt_pct(v1, sizeof(v1), m.overall.pass_rate);
-    fmt_pct(v2, sizeof(v2), m.overall.faster_compile_rate);
-    fmt_x(v3, sizeof(v3), m.overall.geomean_compile);
-    fmt_x(v4, sizeof(v4), m.overall.geomean_eager);
+    bench__fmt_rate(v1, sizeof(v1), m.overall.pass_rate, "&mdash;");
+    bench__fmt_rate(v2, sizeof(v2), m.overall.faster_compile_rate, "&mdash;");
+    bench__fmt_times(v3, sizeof(v3), m.overall.geomean_compile, 2, "&mdash;");
+    bench__fmt_times(v4, sizeof(v4), m.overall.geomean_eager, 2, "&mdash;");
     if (!rc)
         rc = buf_addf(b, "%zu tasks</p><div class=\"cards\">", n);
     if (!rc)

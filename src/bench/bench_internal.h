@@ -16,5 +16,9 @@ void bench__attempt_outcome(const json_t *attempt, int level, struct bench_outco
 int bench__best_attempt(const json_t *task, struct bench_outcome *best);
 /* The per-level metrics table of `bench report`. */
 int bench__metrics_table(const struct bench_metrics *m, struct buf *b) WARN_UNUSED_RESULT;
+/* A rate as "12.5%" and a ratio as "1.234x" (`digits` decimals) into out[n]; `none` where the
+ * value is not finite (a rate with no denominator, no correct task). */
+void bench__fmt_rate(char *out, size_t n, double v, const char *none);
+void bench__fmt_times(char *out, size_t n, double v, int digits, const char *none);
 
 #endif

@@ -181,20 +181,20 @@ json_t *bench_report_json(const json_t *ex)
 
 /* ---- text --------------------------------------------------------------------------------- */
 
-static void pct(char *out, size_t n, double v)
+void bench__fmt_rate(char *out, size_t n, double v, const char *none)
 {
     if (isfinite(v))
         snprintf(out, n, "%.1f%%", 100 * v);
     else
-        snprintf(out, n, "n/a");
+        snprintf(out, n, "%s", none);
 }
 
-static void times(char *out, size_t n, double v)
+void bench__fmt_times(char *out, size_t n, double v, int digits, const char *none)
 {
     if (isfinite(v))
-        snprintf(out, n, "%.3fx", v);
+        snprintf(out, n, "%.*fx", digits, v);
     else
-        snprintf(out, n, "n/a");
+        snprintf(out, n, "%s", none);
 }
 
 static int level_row(struct buf *b, const struct bench_level_metrics *l)
@@ -204,11 +204,11 @@ static int level_row(struct buf *b, const struct bench_level_metrics *l)
         snprintf(lv, sizeof(lv), "all");
     else
         snprintf(lv, sizeof(lv), "%d", l->level);
-    pct(pr, sizeof(pr), l->pass_rate);
-    pct(fe, sizeof(fe), l->faster_eager_rate);
-    pct(fc, sizeof(fc), l->faster_compile_rate);
-    times(ge, sizeof(ge), l->geomean_eager);
-    times(gc, sizeof(gc), l->geomean_compile);
+    bench__fmt_rate(pr, sizeof(pr), l->pass_rate, "n/a");
+    bench__fmt_rate(fe, sizeof(fe), l->faster_eager_rate, "n/a");
+    bench__fmt_rate(fc, sizeof(fc), l->faster_compile_rate, "n/a");
+    bench__fmt_times(ge, sizeof(ge), l->geomean_eager, 3, "n/a");
+    bench__fmt_times(gc, sizeof(gc), l->geomean_compile, 3, "n/a");
     if (isfinite(l->peak_fraction_median))
         snprintf(pk, sizeof(pk), "%.3f", l->peak_fraction_median);
     else
@@ -265,16 +265,16 @@ int bench_report_text(const json_t *ex, struct buf *b)
         rc = buf_addstr(b, "fast_p vs eager:");
     for (size_t i = 0; i < bench__fast_p_n && !rc; i++) {
         char v[16];
-        pct(v, sizeof(v), bench_fast_p(o, n, -1, bench__fast_p_grid[i], false));
+        bench__fmt_rate(v, sizeof(v), bench_fast_p(o, n, -1, bench__fast_p_grid[i], false), "n/a");
         rc = buf_addf(b, " p=%g %s%s", bench__fast_p_grid[i], v,
                       i + 1 < bench__fast_p_n ? "," : "\n");
     }
     for (size_t k = 0; k < bench_npublished && !rc; k++) {
         const struct bench_published *p = &bench_published[k];
         char pr[16], fc[16], gc[16];
-        pct(pr, sizeof(pr), p->pass_rate);
-        pct(fc, sizeof(fc), p->faster_compile_rate);
-        times(gc, sizeof(gc), p->geomean_compile);
+        bench__fmt_rate(pr, sizeof(pr), p->pass_rate, "n/a");
+        bench__fmt_rate(fc, sizeof(fc), p->faster_compile_rate, "n/a");
+        bench__fmt_times(gc, sizeof(gc), p->geomean_compile, 3, "n/a");
         rc = buf_addf(b, "%s %s: pass %s, faster than compile %s, geomean vs compile %s\n",
                       k == 0 ? "published (DESIGN.md section 1):"
                              : "                                ",
@@ -295,30 +295,14 @@ int bench_report_text(const json_t *ex, struct buf *b)
 
 /* ---- Markdown ----------------------------------------------------------------------------- */
 
-static void md_pct(char *out, size_t n, double v)
-{
-    if (isfinite(v))
-        snprintf(out, n, "%.1f%%", 100 * v);
-    else
-        snprintf(out, n, "—");
-}
-
-static void md_x(char *out, size_t n, double v)
-{
-    if (isfinite(v))
-        snprintf(out, n, "%.2fx", v);
-    else
-        snprintf(out, n, "—");
-}
-
 static int md_row(struct buf *b, const char *name, const struct bench_level_metrics *l)
 {
     char pr[16], fe[16], fc[16], ge[16], gc[16];
-    md_pct(pr, sizeof(pr), l->pass_rate);
-    md_pct(fe, sizeof(fe), l->faster_eager_rate);
-    md_pct(fc, sizeof(fc), l->faster_compile_rate);
-    md_x(ge, sizeof(ge), l->geomean_eager);
-    md_x(gc, sizeof(gc), l->geomean_compile);
+    bench__fmt_rate(pr, sizeof(pr), l->pass_rate, "—");
+    bench__fmt_rate(fe, sizeof(fe), l->faster_eager_rate, "—");
+    bench__fmt_rate(fc, sizeof(fc), l->faster_compile_rate, "—");
+    bench__fmt_times(ge, sizeof(ge), l->geomean_eager, 2, "—");
+    bench__fmt_times(gc, sizeof(gc), l->geomean_compile, 2, "—");
     return buf_addf(b, "| %s | %zu | %zu | %s | %s | %s | %s | %s | %zu | %zu |\n", name, l->tasks,
                     l->verdicts, pr, fe, fc, ge, gc, l->infra, l->pending);
 }
@@ -357,9 +341,9 @@ int bench_report_markdown(const json_t *ex, struct buf *b)
     for (size_t k = 0; k < bench_npublished && !rc; k++) {
         const struct bench_published *p = &bench_published[k];
         char pr[16], fc[16], gc[16];
-        md_pct(pr, sizeof(pr), p->pass_rate);
-        md_pct(fc, sizeof(fc), p->faster_compile_rate);
-        md_x(gc, sizeof(gc), p->geomean_compile);
+        bench__fmt_rate(pr, sizeof(pr), p->pass_rate, "—");
+        bench__fmt_rate(fc, sizeof(fc), p->faster_compile_rate, "—");
+        bench__fmt_times(gc, sizeof(gc), p->geomean_compile, 2, "—");
         rc = buf_addf(b, "| *%s* | 250 | — | %s | — | %s | — | %s | — | — |\n", p->system, pr, fc,
                       gc);
     }
@@ -376,8 +360,8 @@ int bench_report_markdown(const json_t *ex, struct buf *b)
         rc = buf_addstr(b, "\n| p | fast_p vs eager | fast_p vs compile |\n|---|---|---|\n");
     for (size_t i = 0; i < bench__fast_p_n && !rc; i++) {
         char e[16], c[16];
-        md_pct(e, sizeof(e), bench_fast_p(o, n, -1, bench__fast_p_grid[i], false));
-        md_pct(c, sizeof(c), bench_fast_p(o, n, -1, bench__fast_p_grid[i], true));
+        bench__fmt_rate(e, sizeof(e), bench_fast_p(o, n, -1, bench__fast_p_grid[i], false), "—");
+        bench__fmt_rate(c, sizeof(c), bench_fast_p(o, n, -1, bench__fast_p_grid[i], true), "—");
         rc = buf_addf(b, "| %g | %s | %s |\n", bench__fast_p_grid[i], e, c);
     }
     free(o);
@@ -406,7 +390,9 @@ static void cell(char *out, size_t n, const json_t *task)
     (void)bench__best_attempt(task, &o);
     if (o.verdict == BENCH_CORRECT) {
         char s[16];
-        times(s, sizeof(s), isfinite(o.speedup_compile) ? o.speedup_compile : o.speedup_eager);
+        bench__fmt_times(s, sizeof(s),
+                         isfinite(o.speedup_compile) ? o.speedup_compile : o.speedup_eager, 3,
+                         "n/a");
         snprintf(out, n, "%d %s", o.reward, s);
     } else {
         snprintf(out, n, "%s", verdict_str(o.verdict));
