@@ -78,11 +78,13 @@ static void *job_main(void *arg)
     handle(c, j->line, j->len);
     free(j->line);
     free(j);
+    /* The server's count drops first: once c->inflight reaches 0 the reader may return,
+     * free the server and end its stack frame (c with it), so c is not touched after. */
+    server__inflight_add(c->s, -1);
     pthread_mutex_lock(&c->mu);
     c->inflight--;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    server__inflight_add(c->s, -1);
     return NULL;
 }
 
