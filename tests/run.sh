@@ -66,9 +66,10 @@ for t in "$BUILD"/tests/unit/test_*; do
     # Cases that run real compilers (nvcc, c++) get longer on a busy two-core machine.
     limit=${TEST_TIMEOUT:-20}
     case $name in unit/test_compile) limit=${TEST_TIMEOUT:-120} ;; esac
+    t0=$SECONDS
     TMPDIR="$TMP_ROOT" TEST_TIMEOUT=$limit "$t" >"$log" 2>&1
     rc=$?
-    echo "$name: $(tail -1 "$log")"
+    echo "$name: $(tail -1 "$log") ($((SECONDS - t0)) s)"
     grep '^skip ' "$log" | sed 's/^/  /'
     count "$name" "$log" $rc
 done
@@ -81,9 +82,11 @@ for t in tests/it/*.sh; do
     want "$name" || continue
     log="$TMP_ROOT/it-$(basename "$t").log"
     work=$(mktemp -d "$TMP_ROOT/it-XXXXXX")
+    t0=$SECONDS
     (cd "$work" && TMPDIR="$work" timeout 600 bash "$REPO/$t") >"$log" 2>&1
     rc=$?
-    case $rc in 0) echo "$name: ok" ;; 77) echo "$name: skipped" ;; *) echo "$name: FAIL ($rc)" ;; esac
+    took="($((SECONDS - t0)) s)"
+    case $rc in 0) echo "$name: ok $took" ;; 77) echo "$name: skipped $took" ;; *) echo "$name: FAIL ($rc) $took" ;; esac
     grep '^skip ' "$log" | sed 's/^/  /'
     count "$name" "$log" $rc
 done
@@ -97,9 +100,13 @@ run_pytest() {
         skipped=$((skipped + 1))
         return 0
     fi
-    python3 -m pytest -q -rs -p no:cacheprovider "tests/$tier" >"$log" 2>&1
+    local t0=$SECONDS
+    # --durations: the slowest cases, so that the tier's share of CI time stays visible.
+    python3 -m pytest -q -rs -p no:cacheprovider --durations=12 "tests/$tier" >"$log" 2>&1
     rc=$?
+    sed -n '/slowest/,/^$/p' "$log" | head -16
     tail -15 "$log"
+    echo "$tier: $((SECONDS - t0)) s"
     local line p f s e
     line=$(grep -E '(passed|failed|skipped|error)' "$log" | tail -1)
     p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)

@@ -673,11 +673,20 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     bool correct = er.harness_ok;
     if (!correct && *er.failure_message)
         json_object_set_new(report, "message", json_string(er.failure_message));
-    /* The evaluator could not evaluate (its own out-of-memory, a task too large for the GPU,
-     * a candidate sandbox it could not build): no verdict on the candidate and no reward,
-     * reported apart. */
-    if (!correct && strcmp(er.failure_kind, "infrastructure") == 0) {
-        json_object_set_new(report, "stage", json_string("infrastructure"));
+    /* The evaluator could not evaluate: its own out-of-memory, a task too large for the GPU,
+     * a candidate sandbox it could not build ("infrastructure"), a task whose reference fails
+     * before any candidate runs ("task_error"), or a defect of the harness itself
+     * ("harness"). None of these is a verdict on the candidate: no reward, reported apart
+     * (the candidate cannot claim these kinds: the harness renames them). */
+    const char *no_verdict = strcmp(er.failure_kind, "infrastructure") == 0 ? "infrastructure"
+                             : strcmp(er.failure_kind, "task_error") == 0   ? "task"
+                             : strcmp(er.failure_kind, "harness") == 0      ? "evaluator"
+                                                                            : NULL;
+    if (!correct && no_verdict) {
+        if (strcmp(no_verdict, "evaluator") == 0)
+            LOG_WARN("an internal error of the evaluator's harness (no reward given): %s",
+                     er.failure_message);
+        json_object_set_new(report, "stage", json_string(no_verdict));
         json_object_set_new(report, "ok", json_false());
         json_object_set_new(report, "infrastructure_error", json_true());
         goto out;
@@ -813,8 +822,11 @@ int eval_format(const json_t *report, struct buf *b)
         e |=
             buf_addf(b, "%s failed:\n%s%s", r.stage, msg, msg[strlen(msg) - 1] == '\n' ? "" : "\n");
     if (r.infrastructure_error)
-        e |= buf_addstr(b, "infrastructure error: the evaluator could not evaluate this "
-                           "candidate (no verdict, no reward)\n");
+        e |= buf_addf(b, "%s: the evaluator could not evaluate this candidate (no verdict, "
+                         "no reward)\n",
+                      strcmp(r.stage, "task") == 0        ? "task error (its reference failed)"
+                      : strcmp(r.stage, "evaluator") == 0 ? "evaluator error (a defect of ours)"
+                                                          : "infrastructure error");
     else if (*r.failure_kind)
         e |= buf_addf(b, "check that failed: %s\n", r.failure_kind);
     if (r.has_launches)

@@ -124,6 +124,21 @@ expect "a hang is a timeout" 1 '"kind": "timeout"'
 run "$CA" eval --server "$SOCK" --json "$PWD/hog"
 expect "a memory-hungry candidate fails as out of memory" 1 '"kind": "oom"'
 
+# A task whose reference fails is no verdict on the candidate: no reward, exit 75.
+sed 's/return \[torch.randn(64, 256)\]/raise RuntimeError("the reference is broken")/' \
+    "$FIX/task.py" >"$PWD/broken_task.py"
+"$CA" workspace create --task "$PWD/broken_task.py" "$PWD/badtask" >/dev/null || exit 1
+cp "$FIX"/sol/kernels/* "$PWD/badtask/kernels/"
+cp "$FIX/sol/model_new.py" "$PWD/badtask/"
+run "$CA" eval --server "$SOCK" --json "$PWD/badtask"
+expect "a broken task: no verdict, exit 75" 75 '"stage": "task"'
+assert "a broken task: no reward in the report" "$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["infrastructure_error"] is True and "reward" not in r, r
+assert r["harness"]["failure"]["kind"] == "task_error", r["harness"]["failure"]' "$OUT"
+run "$CA" eval --server "$SOCK" "$PWD/badtask"
+expect "the text report says the task failed" 75 "task error (its reference failed)"
 run "$CA" eval --server "$SOCK" --json "$PWD/slow"
 expect "a correct but slow candidate passes" 0 '"stage": "done"'
 assert "... with reward 1 (slower than eager)" [ "$(field reward.reward)" = 1 ]
