@@ -51,7 +51,6 @@
 extern char **environ;
 
 /* Bytes moved per read or write. */
-#define IO_CHUNK ((size_t)64 * 1024)
 /* After the group is killed, how long pipes may stay open before we drop them. */
 #define DRAIN_GRACE_MS 500
 /* Without a pidfd, how often to check whether the child has exited. */
@@ -198,15 +197,14 @@ CA_NORETURN static void child_run(const struct child_plan *p)
 
 /* ---- the parent side ---- */
 
-static void close_fd(int *fd)
+void proc_fd_close(int *fd)
 {
     if (*fd >= 0)
         close(*fd);
     *fd = -1;
 }
 
-/* Keep our pipe ends off 0/1/2 in case the caller runs with those closed. */
-static int move_above_stdio(int fd)
+int proc_fd_above_stdio(int fd)
 {
     if (fd < 0 || fd > 2)
         return fd;
@@ -217,16 +215,16 @@ static int move_above_stdio(int fd)
     return moved;
 }
 
-static int make_pipe(int p[2])
+int proc_pipe(int p[2])
 {
     if (pipe2(p, O_CLOEXEC) != 0)
         return -errno;
-    p[0] = move_above_stdio(p[0]);
-    p[1] = move_above_stdio(p[1]);
+    p[0] = proc_fd_above_stdio(p[0]);
+    p[1] = proc_fd_above_stdio(p[1]);
     if (p[0] < 0 || p[1] < 0) {
         int rc = -errno;
-        close_fd(&p[0]);
-        close_fd(&p[1]);
+        proc_fd_close(&p[0]);
+        proc_fd_close(&p[1]);
         return rc;
     }
     return 0;
@@ -282,25 +280,13 @@ static void sigpipe_restore(struct sigpipe_guard *g)
     pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
-struct capture {
-    int fd;
-    struct buf *b;
-    size_t cap;
-    bool *truncated;
-};
-
-/* One read from c->fd; the part past the cap is dropped. Closes on EOF. */
-static void capture_read(struct capture *c, char *scratch)
+void proc_capture_read(struct proc_capture *c, char *scratch)
 {
-    ssize_t n = read(c->fd, scratch, IO_CHUNK);
-    if (n < 0) {
-        if (errno == EINTR || errno == EAGAIN)
-            return;
-        close_fd(&c->fd);
+    ssize_t n = read(c->fd, scratch, PROC_IO_CHUNK);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
         return;
-    }
-    if (n == 0) {
-        close_fd(&c->fd);
+    if (n <= 0) {
+        proc_fd_close(&c->fd);
         return;
     }
     size_t room = c->cap > c->b->len ? c->cap - c->b->len : 0;
@@ -314,7 +300,7 @@ static void capture_read(struct capture *c, char *scratch)
 struct run {
     pid_t pid;
     int pidfd;
-    struct capture out, err;
+    struct proc_capture out, err;
     int in_fd;
     const char *in_p;
     size_t in_left;
@@ -346,28 +332,28 @@ static void try_reap(struct run *st, struct proc_result *r, int64_t t0)
     st->reaped = true;
     st->status = status;
     r->elapsed_us = ca_now_us() - t0;
-    close_fd(&st->pidfd);
+    proc_fd_close(&st->pidfd);
     /* Nobody reads stdin any more; leftovers in the group must go too. */
-    close_fd(&st->in_fd);
+    proc_fd_close(&st->in_fd);
     kill_group(st);
 }
 
 static void feed_stdin(struct run *st)
 {
-    size_t n = st->in_left < IO_CHUNK ? st->in_left : IO_CHUNK;
+    size_t n = st->in_left < PROC_IO_CHUNK ? st->in_left : PROC_IO_CHUNK;
     ssize_t w = write(st->in_fd, st->in_p, n);
     if (w < 0) {
         if (errno == EINTR || errno == EAGAIN)
             return;
         if (errno == EPIPE)
             st->guard.caused = true;
-        close_fd(&st->in_fd); /* the child stopped reading: not an error */
+        proc_fd_close(&st->in_fd); /* the child stopped reading: not an error */
         return;
     }
     st->in_p += w;
     st->in_left -= (size_t)w;
     if (!st->in_left)
-        close_fd(&st->in_fd);
+        proc_fd_close(&st->in_fd);
 }
 
 static int ms_until(int64_t when_us, int64_t now_us)
@@ -380,7 +366,7 @@ static int ms_until(int64_t when_us, int64_t now_us)
 
 static void run_loop(struct run *st, struct proc_result *r, int64_t t0)
 {
-    char scratch[IO_CHUNK];
+    char scratch[PROC_IO_CHUNK];
     for (;;) {
         int64_t now = ca_now_us();
         if (!st->killed && st->deadline_us && now >= st->deadline_us) {
@@ -393,9 +379,9 @@ static void run_loop(struct run *st, struct proc_result *r, int64_t t0)
         }
         if (st->grace_until && now >= st->grace_until) {
             /* Something outside the group holds the pipes: stop listening. */
-            close_fd(&st->out.fd);
-            close_fd(&st->err.fd);
-            close_fd(&st->in_fd);
+            proc_fd_close(&st->out.fd);
+            proc_fd_close(&st->err.fd);
+            proc_fd_close(&st->in_fd);
         }
         bool pipes_open = st->out.fd >= 0 || st->err.fd >= 0 || st->in_fd >= 0;
         if (st->reaped && !pipes_open)
@@ -439,9 +425,9 @@ static void run_loop(struct run *st, struct proc_result *r, int64_t t0)
             continue;
         }
         if (i_out >= 0 && pfd[i_out].revents)
-            capture_read(&st->out, scratch);
+            proc_capture_read(&st->out, scratch);
         if (i_err >= 0 && pfd[i_err].revents)
-            capture_read(&st->err, scratch);
+            proc_capture_read(&st->err, scratch);
         if (i_in >= 0 && pfd[i_in].revents)
             feed_stdin(st);
         if (i_pid >= 0 && pfd[i_pid].revents)
@@ -517,7 +503,7 @@ static int fork_exec(const struct proc_opts *o, const struct child_plan *plan, i
     if (pid < 0)
         return err_setf(err, -fork_errno, "cannot run '%s': fork failed: %s", o->argv[0],
                         strerror(fork_errno));
-    close_fd(rep_w);
+    proc_fd_close(rep_w);
     struct child_failure f;
     if (read_report(rep_r, &f)) {
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
@@ -554,17 +540,17 @@ int proc_run(const struct proc_opts *o, struct proc_result *r, struct ca_err *er
         return rc;
 
     if (o->stdin_data) {
-        rc = make_pipe(in);
+        rc = proc_pipe(in);
     } else {
-        devnull = move_above_stdio(open("/dev/null", O_RDONLY | O_CLOEXEC));
+        devnull = proc_fd_above_stdio(open("/dev/null", O_RDONLY | O_CLOEXEC));
         rc = devnull < 0 ? -errno : 0;
     }
     if (!rc)
-        rc = make_pipe(out);
+        rc = proc_pipe(out);
     if (!rc && capture_err)
-        rc = make_pipe(errp);
+        rc = proc_pipe(errp);
     if (!rc)
-        rc = make_pipe(rep);
+        rc = proc_pipe(rep);
     if (rc) {
         err_setf(err, rc, "cannot run '%s': cannot create pipes: %s", o->argv[0], strerror(-rc));
         goto out;
@@ -592,24 +578,24 @@ int proc_run(const struct proc_opts *o, struct proc_result *r, struct ca_err *er
     rc = fork_exec(o, &plan, &rep[1], rep[0], &pid, err);
     if (rc)
         goto out;
-    close_fd(&in[0]);
-    close_fd(&devnull);
-    close_fd(&out[1]);
-    close_fd(&errp[1]);
+    proc_fd_close(&in[0]);
+    proc_fd_close(&devnull);
+    proc_fd_close(&out[1]);
+    proc_fd_close(&errp[1]);
 
     /* Running: from here on the child is always reaped before we return. */
     r->pid = pid;
     st.pid = pid;
     st.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    st.out = (struct capture){out[0], &r->out, o->out_max ? o->out_max : CA_LIMIT_CHILD_OUTPUT,
-                              &r->out_truncated};
+    st.out = (struct proc_capture){out[0], &r->out, o->out_max ? o->out_max : CA_LIMIT_CHILD_OUTPUT,
+                                   &r->out_truncated};
     out[0] = -1;
     if (capture_err) {
-        st.err = (struct capture){errp[0], &r->err, o->err_max ? o->err_max : CA_LIMIT_CHILD_OUTPUT,
-                                  &r->err_truncated};
+        st.err = (struct proc_capture){
+            errp[0], &r->err, o->err_max ? o->err_max : CA_LIMIT_CHILD_OUTPUT, &r->err_truncated};
         errp[0] = -1;
     } else {
-        st.err = (struct capture){-1, &r->err, 0, &r->err_truncated};
+        st.err = (struct proc_capture){-1, &r->err, 0, &r->err_truncated};
     }
     set_nonblock(st.out.fd);
     if (st.err.fd >= 0)
@@ -620,7 +606,7 @@ int proc_run(const struct proc_opts *o, struct proc_result *r, struct ca_err *er
         st.in_p = o->stdin_data;
         st.in_left = o->stdin_len;
         if (!st.in_left)
-            close_fd(&st.in_fd);
+            proc_fd_close(&st.in_fd);
         else
             set_nonblock(st.in_fd);
         sigpipe_block(&st.guard);
@@ -641,19 +627,19 @@ int proc_run(const struct proc_opts *o, struct proc_result *r, struct ca_err *er
     }
 
 out:
-    close_fd(&st.out.fd);
-    close_fd(&st.err.fd);
-    close_fd(&st.in_fd);
-    close_fd(&st.pidfd);
-    close_fd(&in[0]);
-    close_fd(&in[1]);
-    close_fd(&out[0]);
-    close_fd(&out[1]);
-    close_fd(&errp[0]);
-    close_fd(&errp[1]);
-    close_fd(&rep[0]);
-    close_fd(&rep[1]);
-    close_fd(&devnull);
+    proc_fd_close(&st.out.fd);
+    proc_fd_close(&st.err.fd);
+    proc_fd_close(&st.in_fd);
+    proc_fd_close(&st.pidfd);
+    proc_fd_close(&in[0]);
+    proc_fd_close(&in[1]);
+    proc_fd_close(&out[0]);
+    proc_fd_close(&out[1]);
+    proc_fd_close(&errp[0]);
+    proc_fd_close(&errp[1]);
+    proc_fd_close(&rep[0]);
+    proc_fd_close(&rep[1]);
+    proc_fd_close(&devnull);
     free(path);
     return rc;
 }
@@ -668,11 +654,11 @@ int proc_spawn(const struct proc_opts *o, int stderr_fd, struct proc_child *c, s
     int rc = find_program(o, &path, err);
     if (rc)
         return rc;
-    rc = make_pipe(in);
+    rc = proc_pipe(in);
     if (!rc)
-        rc = make_pipe(out);
+        rc = proc_pipe(out);
     if (!rc)
-        rc = make_pipe(rep);
+        rc = proc_pipe(rep);
     if (rc) {
         err_setf(err, rc, "cannot run '%s': cannot create pipes: %s", o->argv[0], strerror(-rc));
         goto out;
@@ -697,12 +683,12 @@ int proc_spawn(const struct proc_opts *o, int stderr_fd, struct proc_child *c, s
     *c = (struct proc_child){.pid = pid, .in_fd = in[1], .out_fd = out[0]};
     in[1] = out[0] = -1;
 out:
-    close_fd(&in[0]);
-    close_fd(&in[1]);
-    close_fd(&out[0]);
-    close_fd(&out[1]);
-    close_fd(&rep[0]);
-    close_fd(&rep[1]);
+    proc_fd_close(&in[0]);
+    proc_fd_close(&in[1]);
+    proc_fd_close(&out[0]);
+    proc_fd_close(&out[1]);
+    proc_fd_close(&rep[0]);
+    proc_fd_close(&rep[1]);
     free(path);
     return rc;
 }
@@ -715,8 +701,8 @@ void proc_child_kill(struct proc_child *c)
         while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
             ;
     }
-    close_fd(&c->in_fd);
-    close_fd(&c->out_fd);
+    proc_fd_close(&c->in_fd);
+    proc_fd_close(&c->out_fd);
     c->pid = -1;
 }
 

@@ -88,6 +88,27 @@ int proc_spawn(const struct proc_opts *opts, int stderr_fd, struct proc_child *c
                struct ca_err *err) WARN_UNUSED_RESULT;
 void proc_child_kill(struct proc_child *child);
 
+/* ---- pipe plumbing shared with the sandbox's one-shot runner ---- */
+
+/* Close *fd when open and set it to -1. */
+void proc_fd_close(int *fd);
+/* fd itself, or (when it is 0, 1 or 2) a close-on-exec duplicate above them with fd closed:
+ * our pipe ends stay off stdio when the caller runs with those closed. -1 with errno. */
+int proc_fd_above_stdio(int fd);
+/* A close-on-exec pipe with both ends above stdio; 0 or -errno. */
+int proc_pipe(int p[2]) WARN_UNUSED_RESULT;
+
+/* A capped capture of one pipe into b: reads past cap are dropped and *truncated set. */
+#define PROC_IO_CHUNK ((size_t)64 * 1024)
+struct proc_capture {
+    int fd; /* -1 once closed (end of file or a read error) */
+    struct buf *b;
+    size_t cap;
+    bool *truncated;
+};
+/* One read of up to PROC_IO_CHUNK bytes through scratch; closes the fd at end of file. */
+void proc_capture_read(struct proc_capture *c, char *scratch);
+
 /* Look up a program in PATH; returns a heap path or NULL. */
 char *proc_which(const char *name);
 

@@ -822,8 +822,9 @@ int eval_format(const json_t *report, struct buf *b)
         e |=
             buf_addf(b, "%s failed:\n%s%s", r.stage, msg, msg[strlen(msg) - 1] == '\n' ? "" : "\n");
     if (r.infrastructure_error)
-        e |= buf_addf(b, "%s: the evaluator could not evaluate this candidate (no verdict, "
-                         "no reward)\n",
+        e |= buf_addf(b,
+                      "%s: the evaluator could not evaluate this candidate (no verdict, "
+                      "no reward)\n",
                       strcmp(r.stage, "task") == 0        ? "task error (its reference failed)"
                       : strcmp(r.stage, "evaluator") == 0 ? "evaluator error (a defect of ours)"
                                                           : "infrastructure error");

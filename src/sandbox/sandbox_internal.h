@@ -202,4 +202,28 @@ const char *sandbox__cgroup_desc(const struct sandbox *sb);
  * (the path taken on kernels before 5.12). */
 void sandbox__force_legacy_mounts(bool on);
 
+/* ---- the host side's handle (sandbox.c; sandbox_run.c reads it too) ---- */
+
+struct sandbox {
+    pid_t init_pid; /* host pid */
+    int ctl;        /* our end of the control socket */
+    int evfd;       /* eventfd: non-zero while queue holds events */
+    int epfd;       /* epoll over ctl and evfd: sandbox_event_fd() */
+    uint32_t seq;
+    bool insecure;
+    bool gone;   /* init exited or the socket broke */
+    bool reaped; /* init waited for */
+    int init_status;
+    char *ws; /* the workspace's host path (insecure mode maps cwd onto it) */
+    struct sandbox_event *q;
+    size_t qlen, qalloc;
+    struct sandbox__cgroup cg;
+};
+
+/* From the options, the whole plan (sandbox_plan.c); *ws_out: the workspace's host path. */
+int sandbox__plan_build(const struct sandbox_opts *o, struct sandbox__plan *p, char **ws_out,
+                        struct ca_err *err);
+/* Kill everything inside and reap init (sandbox_free does this and frees). */
+void sandbox__teardown(struct sandbox *sb);
+
 #endif

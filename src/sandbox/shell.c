@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/proc.h"
 #include "core/limits.h"
 #include "core/log.h"
 #include "core/sv.h"
@@ -84,13 +85,6 @@ void shell_result_init(struct shell_result *r)
 void shell_result_release(struct shell_result *r)
 {
     buf_release(&r->output);
-}
-
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
 }
 
 static int set_nonblock(int fd)
@@ -169,8 +163,8 @@ static void stop_fg(struct shells *sh)
             LOG_DEBUG("killing the shell: %s", ignored.msg);
     }
     sh->fg_pid = 0;
-    close_fd(&sh->fg_in);
-    close_fd(&sh->fg_out);
+    proc_fd_close(&sh->fg_in);
+    proc_fd_close(&sh->fg_out);
 }
 
 void shells_free(struct shells *sh)
@@ -182,7 +176,7 @@ void shells_free(struct shells *sh)
         struct ca_err ignored;
         if (sh->bg[i].running && sandbox_kill_tree(sh->sb, sh->bg[i].pid, SIGKILL, true, &ignored))
             LOG_DEBUG("killing %s: %s", sh->bg[i].id, ignored.msg);
-        close_fd(&sh->bg[i].fd);
+        proc_fd_close(&sh->bg[i].fd);
         buf_release(&sh->bg[i].data);
     }
     free(sh->bg);
@@ -224,7 +218,7 @@ static void drain_bg(struct bg_shell *b)
             continue;
         if (n < 0 && errno == EAGAIN)
             return;
-        close_fd(&b->fd); /* EOF or error */
+        proc_fd_close(&b->fd); /* EOF or error */
     }
 }
 
