@@ -1,7 +1,8 @@
 /*
  * policy_internal.h - shared between the files of the static policy (policy.c: report and name
- * rules; policy_src.c: C++/CUDA sources; policy_py.c: model_new.py; policy_elf.c: built
- * objects). Nothing outside src/eval/policy*.c includes it.
+ * rules; policy_src.c: C++/CUDA sources, lexed by policy_lex.c, with the words of policy_words.c;
+ * policy_py.c: model_new.py; policy_elf.c: built objects). Nothing outside src/eval/policy*.c
+ * includes it.
  *
  * A C-level name (an identifier in a source, or an undefined symbol of a built object) is judged
  * by policy__classify_name(), so that a source and the object built from it meet the same rules
@@ -12,7 +13,9 @@
 #ifndef CA_EVAL_POLICY_INTERNAL_H
 #define CA_EVAL_POLICY_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "eval/policy.h"
 
@@ -49,5 +52,88 @@ int policy__starts(const char *name, size_t len, const char *prefix);
 
 /* The last path component of path (borrowed). */
 const char *policy__basename(const char *path);
+
+/* ---- the source policy's tokens (policy_lex.c) ---- */
+
+enum policy__tok_kind {
+    POLICY__TK_IDENT,
+    POLICY__TK_NUMBER,
+    POLICY__TK_STRING,
+    POLICY__TK_PUNCT,
+    POLICY__TK_HEADER,
+    POLICY__TK_EOL
+};
+
+enum policy__dir_kind {
+    POLICY__DIR_NONE = 0,
+    POLICY__DIR_INCLUDE,
+    POLICY__DIR_DEFINE,
+    POLICY__DIR_UNDEF,
+    POLICY__DIR_OTHER
+};
+
+enum policy__tok_flags {
+    POLICY__TF_SPACE = 1 << 0,    /* whitespace or a comment precedes it */
+    POLICY__TF_HASH = 1 << 1,     /* the # that starts a directive line */
+    POLICY__TF_ANGLE = 1 << 2,    /* header name in <...> */
+    POLICY__TF_COMPUTED = 1 << 3, /* #include operand that is not a header name */
+};
+
+struct policy__tok {
+    uint8_t kind;
+    uint8_t dir; /* enum policy__dir_kind of the directive line holding it */
+    uint8_t flags;
+    uint32_t line;
+    uint32_t text; /* offset of the NUL-terminated text in the arena */
+    uint32_t len;
+};
+
+/* A lexed source: every token, their text in one arena. */
+struct policy__tokens {
+    char *arena;
+    struct policy__tok *toks;
+    size_t n;
+};
+
+/* Lex code[0..len) of file; what the lexer cannot read as the compiler would is reported into
+ * rep as a "lexer" violation, and the tokens stop there. */
+void policy__lex(const char *file, const char *code, size_t len, struct policy_report *rep,
+                 struct policy__tokens *out);
+void policy__tokens_release(struct policy__tokens *t);
+
+/* ---- the source policy's vocabularies (policy_words.c), each with its length ---- */
+
+extern const char *const policy__tensor_compute[];
+extern const size_t policy__tensor_compute_n;
+extern const char *const policy__aten_adl[];
+extern const size_t policy__aten_adl_n;
+extern const char *const policy__torch_allowed[];
+extern const size_t policy__torch_allowed_n;
+extern const char *const policy__at_cuda_allowed[];
+extern const size_t policy__at_cuda_allowed_n;
+extern const char *const policy__c10_allowed[];
+extern const size_t policy__c10_allowed_n;
+extern const char *const policy__c10_cuda_allowed[];
+extern const size_t policy__c10_cuda_allowed_n;
+extern const char *const policy__torch_fills[];
+extern const size_t policy__torch_fills_n;
+extern const char *const policy__pybind_allowed[];
+extern const size_t policy__pybind_allowed_n;
+extern const char *const policy__pybind_members_denied[];
+extern const size_t policy__pybind_members_denied_n;
+extern const char *const policy__protected_names[];
+extern const size_t policy__protected_names_n;
+extern const char *const policy__asm_words[];
+extern const size_t policy__asm_words_n;
+extern const char *const policy__qualifier_words[];
+extern const size_t policy__qualifier_words_n;
+extern const char *const policy__std_headers[];
+extern const size_t policy__std_headers_n;
+extern const char *const policy__cuda_headers[];
+extern const size_t policy__cuda_headers_n;
+extern const char *const policy__cuda_header_dirs[];
+extern const size_t policy__cuda_header_dirs_n;
+extern const char *const policy__binding_headers[];
+extern const size_t policy__binding_headers_n;
 
 #endif
