@@ -299,6 +299,7 @@ class Runner:
         self.models: dict[int, Any] = {}  # by job model index: 0 (self.model), extra shapes'
         self.arena: ar.Arena | None = None
         self.extension: Any = None
+        self.timed_inputs: list[Any] = []  # the last timed call's inputs (time_forward)
 
     def stage(self, name: str) -> None:
         self.chan.send({"type": "stage", "stage": name})
@@ -489,7 +490,7 @@ class Runner:
         model = self.model_for(i)
         views, args = self.set_inputs(i)
         if fresh:
-            args = [_clone(x) for x in args]
+            args = self.at_timed_addresses(args)
         _poison(self.device, self.job.get("poison_bytes", []), self.job.get("poison"))
         t0 = _perf_counter()
         try:
@@ -553,12 +554,42 @@ class Runner:
                                                "were recorded")
         self.chan.send({"type": "launches", "evidence": evidence})
 
+    def at_timed_addresses(self, args: list[Any]) -> list[Any]:
+        """args copied into the last timed call's input tensors where they match (shape, dtype,
+        strides, device), else into fresh copies: a forward that caches its results by input
+        pointer then meets an address the timed calls used, whatever the allocator does (the
+        host's malloc reuses freed memory less predictably than CUDA's caching allocator)."""
+        kept = self.timed_inputs
+        out = []
+        for k, x in enumerate(args):
+            t = kept[k] if k < len(kept) else None
+            if isinstance(x, torch.Tensor) and isinstance(t, torch.Tensor) and \
+                    t.shape == x.shape and t.dtype == x.dtype and t.device == x.device and \
+                    t.stride() == x.stride():
+                with torch.no_grad():
+                    t.copy_(x)
+                out.append(t)
+            else:
+                out.append(_clone(x))
+        kept.clear()
+        return out
+
     def time_forward(self) -> None:
         t = self.job["timing"]
         _views, inputs = self.set_inputs(int(t.get("set", 0)))
         model = self.model
 
-        make_inputs = timing.varied_copies(inputs)
+        make_fresh = timing.varied_copies(inputs)
+        kept = self.timed_inputs
+
+        def make_inputs() -> list[Any]:
+            # The previous call's inputs go first (their memory may be reused, as before); the
+            # new ones stay referenced, so that after the loop the last timed call's inputs are
+            # alive and the post-timing set can be given at exactly their addresses.
+            kept.clear()
+            args = make_fresh()
+            kept.extend(args)
+            return args
 
         def forward(*args: Any) -> Any:
             return model(*args)

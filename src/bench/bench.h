@@ -182,6 +182,7 @@ struct bench_plan_opts {
     const char *map;        /* JSONL {task, solution, label?} or the leaderboard's data.json */
     const char *label;      /* with map: only this label's solutions */
     const char *workspaces; /* DIR/<task name or id>/ */
+    const char *replay;     /* `cuda-agent run` outputs: DIR or DIR/<run>/ with trajectory.jsonl */
     const char *model;      /* agent episodes */
     const char *files_dir;  /* where task files are written for the evaluator (made) */
 };

@@ -13,6 +13,9 @@
  *                     display_name, torch_speedup}]}); a named file that does not exist is an
  *                     error: a map is explicit;
  *   --workspaces DIR  DIR/<task name, id or file stem>/ (missing: a planned failure);
+ *   --replay DIR      the outputs of `cuda-agent run` (DIR itself, or each DIR/<run>/, with a
+ *                     trajectory.jsonl): each episode's best snapshot (best_workspace/, else
+ *                     its final workspace/), its task named by the trajectory's header;
  *   --model M         one agent episode per task.
  * Selection is deterministic: --levels, --tasks, then --sample N --seed S, stratified by level
  * (each level in proportion to its share, at least one), by a seeded splitmix64 shuffle.
@@ -24,6 +27,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -564,6 +568,177 @@ static void workspace_attempts(struct planner *pl)
                                pl->o->workspaces, missing, pl->n));
 }
 
+/* ---- --replay: earlier episodes' best snapshots --------------------------------------------- */
+
+/* The header line of RUN/trajectory.jsonl (docs/trajectory.schema.json), or NULL with why. */
+static json_t *trajectory_header(const char *run, char **why)
+{
+    char *path = xstrfmt("%s/trajectory.jsonl", run);
+    json_t *h = NULL;
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        *why = xstrfmt("%s: %s", path, strerror(errno));
+        free(path);
+        return NULL;
+    }
+    struct buf line;
+    buf_init(&line, CA_LIMIT_JSON_BYTES);
+    int c;
+    while ((c = getc(f)) != EOF && c != '\n')
+        if (buf_addch(&line, (char)c)) {
+            *why = xstrfmt("%s: a header line over %zu bytes", path, (size_t)CA_LIMIT_JSON_BYTES);
+            goto out;
+        }
+    struct ca_err e = {0};
+    json_t *j = NULL;
+    if (jsonx_parse(sv_from(line.data, line.len), CA_LIMIT_JSON_BYTES, "trajectory header", &j,
+                    &e)) {
+        *why = xstrfmt("%s: %s", path, e.msg);
+        goto out;
+    }
+    const char *type = json_string_value(json_object_get(j, "type"));
+    if (!type || strcmp(type, "header") != 0 || !json_is_object(json_object_get(j, "task"))) {
+        *why = xstrfmt("%s: its first line is no trajectory header with a task", path);
+        json_decref(j);
+        goto out;
+    }
+    h = j;
+out:
+    buf_release(&line);
+    (void)fclose(f); /* read-only: nothing is lost when close fails */
+    free(path);
+    return h;
+}
+
+/* The planned task a header's task names: by content hash first, then by id, then by name. */
+static const struct ptask *replay_task(const struct planner *pl, const json_t *task)
+{
+    const char *hash = json_string_value(json_object_get(task, "hash"));
+    const char *id = json_string_value(json_object_get(task, "id"));
+    const char *name = json_string_value(json_object_get(task, "name"));
+    for (int pass = 0; pass < 3; pass++)
+        for (size_t i = 0; i < pl->n; i++) {
+            const struct ptask *t = &pl->tasks[i];
+            char hex[HASH64_HEX_LEN + 1];
+            hash64_hex(t->t->hash, hex);
+            if ((pass == 0 && hash && strcmp(hash, hex) == 0) ||
+                (pass == 1 && id && (strcmp(id, t->id) == 0 || strcmp(id, t->t->id) == 0)) ||
+                (pass == 2 && name && (strcmp(name, t->name) == 0 || strcmp(name, t->stem) == 0)))
+                return t;
+        }
+    return NULL;
+}
+
+static int cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* DIR itself when it holds a trajectory, else its subfolders that do, sorted. */
+static int replay_runs(const char *dir, char ***runs, size_t *n, struct ca_err *err)
+{
+    size_t alloc = 0;
+    *runs = NULL;
+    *n = 0;
+    char *own = xstrfmt("%s/trajectory.jsonl", dir);
+    bool single = fs_is_file(own);
+    free(own);
+    if (single) {
+        ALLOC_GROW(*runs, 1, alloc);
+        (*runs)[(*n)++] = xstrdup(dir);
+        return 0;
+    }
+    DIR *d = opendir(dir);
+    if (!d)
+        return err_setf(err, errno == ENOENT ? CA_ENOTFOUND : -errno, "--replay %s: %s", dir,
+                        strerror(errno));
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        char *run = xstrfmt("%s/%s", dir, de->d_name);
+        char *traj = xstrfmt("%s/trajectory.jsonl", run);
+        if (fs_is_dir(run) && fs_is_file(traj)) {
+            ALLOC_GROW(*runs, *n + 1, alloc);
+            (*runs)[(*n)++] = run;
+        } else {
+            free(run);
+        }
+        free(traj);
+    }
+    (void)closedir(d); /* a directory stream: nothing to flush */
+    qsort(*runs, *n, sizeof(**runs), cmp_cstr);
+    return 0;
+}
+
+static int replay_attempts(struct planner *pl, struct ca_err *err)
+{
+    char **runs;
+    size_t nruns;
+    int rc = replay_runs(pl->o->replay, &runs, &nruns, err);
+    if (rc)
+        return rc;
+    if (nruns == 0)
+        rc =
+            err_setf(err, CA_ENOTFOUND,
+                     "--replay %s: no episode here (a folder with trajectory.jsonl, as `cuda-agent "
+                     "run --out` writes it, or a folder of such folders)",
+                     pl->o->replay);
+    bool *has = xcalloc(pl->n ? pl->n : 1, sizeof(*has));
+    size_t outside = 0;
+    for (size_t r = 0; r < nruns && !rc; r++) {
+        char *why = NULL;
+        json_t *h = trajectory_header(runs[r], &why);
+        if (!h) {
+            warn(pl->plan, xstrfmt("--replay: %s: left out", why));
+            free(why);
+            continue;
+        }
+        const struct ptask *t = replay_task(pl, json_object_get(h, "task"));
+        json_decref(h);
+        if (!t) {
+            outside++;
+            continue;
+        }
+        char *best = xstrfmt("%s/best_workspace", runs[r]);
+        char *final = xstrfmt("%s/workspace", runs[r]);
+        const char *ws = fs_is_dir(best) ? best : fs_is_dir(final) ? final : NULL;
+        if (ws) {
+            char *key = xstrfmt("replay:%s", fs_basename(runs[r]));
+            struct bench_attempt *a = new_attempt(pl, t, BENCH_KIND_WORKSPACE, key, ws, NULL);
+            a->extra = json_pack("{s:s, s:s}", "replay", runs[r], "snapshot",
+                                 ws == best ? "best" : "final");
+            free(key);
+            has[t - pl->tasks] = true;
+        } else {
+            warn(pl->plan, xstrfmt("--replay: %s has neither best_workspace/ nor workspace/: left "
+                                   "out",
+                                   runs[r]));
+        }
+        free(best);
+        free(final);
+    }
+    size_t missing = 0;
+    for (size_t i = 0; i < pl->n && !rc; i++)
+        if (!has[i]) {
+            new_attempt(pl, &pl->tasks[i], BENCH_KIND_MISSING, "missing", NULL, NULL);
+            missing++;
+        }
+    if (!rc && outside)
+        warn(pl->plan, xstrfmt("--replay %s: %zu episode(s) of tasks outside the selection: left "
+                               "out",
+                               pl->o->replay, outside));
+    if (!rc && missing)
+        warn(pl->plan, xstrfmt("--replay %s: no episode for %zu of %zu task(s): they count as "
+                               "failed",
+                               pl->o->replay, missing, pl->n));
+    free(has);
+    for (size_t r = 0; r < nruns; r++)
+        free(runs[r]);
+    free(runs);
+    return rc;
+}
+
 /* ---- the whole plan ------------------------------------------------------------------------- */
 
 static void drop_unmapped(struct planner *pl)
@@ -658,6 +833,8 @@ int bench_plan_build(const struct bench_plan_opts *o, struct bench_store *s, str
             new_attempt(&pl, &pl.tasks[i], BENCH_KIND_AGENT, "agent", o->model, o->model);
     } else if (o->workspaces) {
         workspace_attempts(&pl);
+    } else if (o->replay) {
+        rc = replay_attempts(&pl, err);
     } else if (o->solutions) {
         rc = solutions_attempts(&pl, err);
     } else if (pl.lb) {
@@ -683,7 +860,7 @@ int bench_plan_build(const struct bench_plan_opts *o, struct bench_store *s, str
         p->ntasks = pl.n;
     } else {
         rc = err_setf(err, CA_EUSAGE,
-                      "no solutions: give --solutions, --map, --workspaces or --model");
+                      "no solutions: give --solutions, --map, --workspaces, --replay or --model");
     }
     if (rc)
         goto out;

@@ -247,7 +247,9 @@ int bench_report_text(const json_t *ex, struct buf *b)
     const char *gpu = json_string_value(json_object_get(env, "gpu"));
     const char *torch = json_string_value(json_object_get(env, "torch"));
     rc = buf_addf(b, "%zu tasks, %s %s, rules %s; %s%s%s\n", n,
-                  strcmp(cfg_str(cfg, "mode"), "agent") == 0 ? "agent" : "solutions from",
+                  strcmp(cfg_str(cfg, "mode"), "agent") == 0    ? "agent"
+                  : strcmp(cfg_str(cfg, "mode"), "replay") == 0 ? "episodes replayed from"
+                                                                : "solutions from",
                   cfg_str(cfg, "source"),
                   *cfg_str(cfg, "rules") ? cfg_str(cfg, "rules") : "cuda-agent",
                   gpu ? gpu : "device not recorded", torch ? ", torch " : "", torch ? torch : "");

@@ -166,6 +166,8 @@ static int bench_run_cmd(int argc, char **argv)
         {"label", 0, CLI_OPT_STRING, &po.label, "NAME", "with --map: only this label's solutions"},
         {"workspaces", 0, CLI_OPT_STRING, &po.workspaces, "DIR",
          "one workspace per task: DIR/<task name or id>/"},
+        {"replay", 0, CLI_OPT_STRING, &po.replay, "DIR",
+         "earlier `cuda-agent run` outputs (DIR or DIR/<run>/): each one's best snapshot"},
         {"model", 'm', CLI_OPT_STRING, &ro.model, "NAME", "run the agent on each task"},
         {"base-url", 0, CLI_OPT_STRING, &ro.base_url, "URL",
          "the model server (OpenAI-compatible; default $OPENAI_BASE_URL)"},
@@ -199,7 +201,9 @@ static int bench_run_cmd(int argc, char **argv)
             "source of solutions: --solutions DIR (level_L_problem_N_sample_S_kernel.py as\n"
             "KernelBench writes them, or levelL/N_Name.py; a task without a file counts as\n"
             "failed), --map FILE (JSONL {\"task\", \"solution\", \"label\"?, \"level\"?}, paths\n"
-            "relative to FILE), --workspaces DIR, or --model M (an agent episode per task).\n\n"
+            "relative to FILE), --workspaces DIR, --replay DIR (the best snapshot of each\n"
+            "`cuda-agent run --out` folder in DIR, its task from its trajectory), or --model M\n"
+            "(an agent episode per task).\n\n"
             "Running the same command again resumes the run (finished attempts are kept, the\n"
             "rest run); other settings on an existing database are refused. At the end the\n"
             "table is printed and RUN.html and RUN.md are written beside the database;\n"
@@ -220,12 +224,12 @@ static int bench_run_cmd(int argc, char **argv)
         return rc < 0 ? CLI_OK : rc;
     const char *tasks_arg = nargs ? args[0] : NULL;
     free(args);
-    int sources = !!po.solutions + !!po.map + !!po.workspaces + !!ro.model;
+    int sources = !!po.solutions + !!po.map + !!po.workspaces + !!po.replay + !!ro.model;
     if (!db)
         return cli_usage_error("bench run", "--db RUN.sqlite is required");
     if (sources != 1)
         return cli_usage_error("bench run", "give one source of solutions: --solutions, --map, "
-                                            "--workspaces or --model");
+                                            "--workspaces, --replay or --model");
     if (po.label && !po.map)
         return cli_usage_error("bench run", "--label needs --map");
     if (!tasks_arg && !po.map)
@@ -248,7 +252,8 @@ static int bench_run_cmd(int argc, char **argv)
     char *files = xstrfmt("%s.files", stem), *html = xstrfmt("%s.html", stem),
          *md = xstrfmt("%s.md", stem);
     char *abs_tasks = abs_or_copy(tasks_arg), *abs_sol = abs_or_copy(po.solutions),
-         *abs_map = abs_or_copy(po.map), *abs_ws = abs_or_copy(po.workspaces);
+         *abs_map = abs_or_copy(po.map), *abs_ws = abs_or_copy(po.workspaces),
+         *abs_replay = abs_or_copy(po.replay);
     json_t *cfg = json_object();
     set_str(cfg, "tasks_source", abs_tasks);
     set_str(cfg, "levels", po.levels);
@@ -259,9 +264,15 @@ static int bench_run_cmd(int argc, char **argv)
     set_str(cfg, "mode",
             ro.model        ? "agent"
             : po.workspaces ? "workspaces"
+            : po.replay     ? "replay"
             : po.solutions  ? "solutions"
                             : "map");
-    set_str(cfg, "source", ro.model ? ro.model : abs_ws ? abs_ws : abs_sol ? abs_sol : abs_map);
+    set_str(cfg, "source",
+            ro.model     ? ro.model
+            : abs_ws     ? abs_ws
+            : abs_replay ? abs_replay
+            : abs_sol    ? abs_sol
+                         : abs_map);
     set_str(cfg, "label", po.label);
     set_str(cfg, "rules", ro.rules ? ro.rules : "cuda-agent");
     json_object_set_new(cfg, "no_compile_baseline", json_boolean(ro.no_compile_baseline));
@@ -292,6 +303,7 @@ static int bench_run_cmd(int argc, char **argv)
     po.solutions = abs_sol;
     po.map = abs_map;
     po.workspaces = abs_ws;
+    po.replay = abs_replay;
     po.model = ro.model;
     po.files_dir = files;
     if ((rc = bench_plan_build(&po, s, &plan, &err))) {
@@ -397,6 +409,7 @@ out:
     free(abs_sol);
     free(abs_map);
     free(abs_ws);
+    free(abs_replay);
     return exit_code;
 }
 

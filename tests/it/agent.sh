@@ -98,9 +98,12 @@ else
 fi
 
 # The same episode with the final scoring on: without PyTorch and nvcc here the evaluator's
-# absence is reported in the result, not a failure (tests/it/agent_eval.sh scores for real).
+# absence is reported in the result, not a failure (tests/it/agent_eval.sh scores for real). With
+# them, the build goes through the suite's shared, content-addressed compile cache (as the other
+# evaluator tiers do) rather than a cold one: the torch headers' build is minutes on two cores.
 serve full
-agent --out "$PWD/scored" --device cpu --json
+CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache} \
+    agent --out "$PWD/scored" --device cpu --json
 expect "scored episode runs" 0 '"stop_reason": "answer"'
 assert "final workspace scored or why not" [ "$(py "$OUT" '"error" in J["rewards"]["final"] or "reward" in J["rewards"]["final"]')" = True ]
 assert "no evaluations recorded, no best" [ "$(py "$OUT" 'J["rewards"]["best"]')" = None ]

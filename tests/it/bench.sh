@@ -160,6 +160,36 @@ run bench --db ws.sqlite --workspaces "$PWD/ws" --tasks l1_1_Swish,l2_1_SwishSca
 expect "--workspaces" 0 "all       2       2   50.0%" "no workspace for 1 of 2 task(s)"
 assert "the workspace went to the evaluator" grep -q "\"workspace\": \"$PWD/ws/l1_1_Swish\"" "$SOCK.log"
 
+# -- replay: earlier episodes (`cuda-agent run --out` folders), each one's best snapshot
+R=$PWD/runs
+header() { # RUN TASK-JSON
+    mkdir -p "$1"
+    printf '{"type": "header", "format": 1, "task_ref": "x", "task": %s, "model": "m", "base_url": "u", "options": {}, "tools": [], "messages": []}\n{"type": "turn"}\n' "$2" >"$1/trajectory.jsonl"
+}
+header "$R/a" '{"name": "l1_1_Swish", "hash": "0000000000000000"}'
+mkdir -p "$R/a/best_workspace" "$R/a/workspace"
+cp "$FIX/fake/s_fast.py" "$R/a/best_workspace/FAKE"
+cp "$FIX/fake/s_wrong.py" "$R/a/workspace/FAKE"
+header "$R/b" '{"name": "l2_1_SwishScaled"}'
+mkdir -p "$R/b/workspace"
+cp "$FIX/fake/s_wrong.py" "$R/b/workspace/FAKE"
+header "$R/c" '{"name": "not_in_this_suite"}'
+mkdir -p "$R/c/workspace" "$R/notarun" "$R/e"
+echo 'not json' >"$R/e/trajectory.jsonl"
+run bench --db replay.sqlite --replay "$R" --tasks l1_1_Swish,l2_1_SwishScaled --no-html "$TASKS"
+expect "--replay: the best snapshot, else the final workspace" 0 "all       2       2   50.0%" "1 episode(s) of tasks outside the selection"
+assert "--replay: a trajectory without a header is named and left out" grep -q "runs/e/trajectory.jsonl: .*left out" "$ERR"
+assert "--replay: episode a's best snapshot was evaluated" grep -q "\"workspace\": \"$R/a/best_workspace\"" "$SOCK.log"
+assert "--replay: episode b, without a best, its final workspace" grep -q "\"workspace\": \"$R/b/workspace\"" "$SOCK.log"
+assert "--replay: not a's final workspace" [ -z "$(grep "\"workspace\": \"$R/a/workspace\"" "$SOCK.log")" ]
+assert "--replay: the report says where the episodes came from" grep -q "episodes replayed from $R" "$OUT"
+run bench --db replay1.sqlite --replay "$R/a" --tasks l1_1_Swish,l2_1_SwishScaled --no-html "$TASKS"
+expect "--replay of one episode's folder" 0 "all       2       2   50.0%" "no episode for 1 of 2 task(s)"
+run bench --db replay2.sqlite --replay "$R/notarun" --no-html "$TASKS"
+expect "--replay of a folder without episodes" 4 "" "no episode here"
+run bench --db replay3.sqlite --replay "$R" --workspaces "$PWD/ws" --no-html "$TASKS"
+expect "--replay is one source among the others" 2 "" "give one source of solutions"
+
 # -- the HTML report in headless Chromium
 "$PY" "$CA_REPO/tests/it/bench_html.py" a.html 4 "$PWD/a.png" >"$OUT" 2>"$ERR"
 case $? in

@@ -119,7 +119,10 @@ def test_scheduler_counters_are_read_around_a_measurement():
                        max_attempts=1)
     sch = r["sched"]
     assert sch["runq_wait_ms"] is not None and sch["runq_wait_ms"] >= 0
-    assert 0 <= sch["runq_wait_fraction"] and sch["wall_ms"] >= 25
+    # The counters span the whole measurement: at least the timed calls themselves (how many
+    # there are follows the warm-up's cost, so a busy host times fewer: no fixed floor).
+    assert 0 <= sch["runq_wait_fraction"] <= 1
+    assert sch["wall_ms"] >= r["n"] * r["min_ms"] > 0
     # The delta arithmetic itself.
     d = timing._sched_delta((1e6, 3), (6e6, 10), 50.0)
     assert d == {"runq_wait_ms": 5.0, "runq_wait_fraction": 0.1, "preempted": 7,
