@@ -667,7 +667,8 @@ static int replay_runs(const char *dir, char ***runs, size_t *n, struct ca_err *
         free(traj);
     }
     (void)closedir(d); /* a directory stream: nothing to flush */
-    qsort(*runs, *n, sizeof(**runs), cmp_cstr);
+    if (*n > 1)
+        qsort(*runs, *n, sizeof(**runs), cmp_cstr);
     return 0;
 }
 
