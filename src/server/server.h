@@ -1,6 +1,7 @@
 /*
- * server.h - the RL environment server: MCP (JSON-RPC 2.0, handshake revisions
- * 2024-11-05 to 2025-11-25) over stdio and Streamable HTTP, and an OpenEnv
+ * server.h - the RL environment server: MCP (JSON-RPC 2.0; revision 2026-07-28's
+ * self-contained requests, and the handshake revisions 2024-11-05 to 2025-11-25)
+ * over stdio and Streamable HTTP, and an OpenEnv
  * facade (/health, /schema, /reset, /step, /state, the /ws session) on the same
  * HTTP listener.
  *
@@ -78,7 +79,9 @@ const struct server_opts *server_opts(const struct server *s);
  * `initialize` request makes a new one (stored in *sess). *reply is a new
  * reference, or NULL when nothing is to be sent back (notifications and
  * responses only). *parse_error tells HTTP to answer 400. Never fails: every
- * problem becomes a JSON-RPC error in the reply.
+ * problem becomes a JSON-RPC error in the reply. A request in the 2026-07-28
+ * envelope is served statelessly; the session's first request that passes
+ * fixes its era (stdio). HTTP's stateless POSTs go to server__rpc_modern.
  */
 void server_rpc(struct server *s, struct server_session **sess, const char *body, size_t len,
                 json_t **reply, bool *parse_error);
@@ -94,7 +97,7 @@ struct server_session *server_session_new(struct server *s);
 struct server_session *server_session_find(struct server *s, const char *id);
 void server_session_release(struct server *s, struct server_session *sess);
 const char *server_session_id(const struct server_session *sess);
-/* The negotiated protocol revision ("" before initialize). */
+/* The negotiated protocol revision ("" before initialize or a 2026-07-28 request). */
 const char *server_session_version(const struct server_session *sess);
 /* End a session (DELETE /mcp); 0 or CA_ENOTFOUND. Its episodes keep running. */
 int server_session_end(struct server *s, const char *id);

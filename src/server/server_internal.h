@@ -24,6 +24,24 @@ enum {
     RPC_METHOD_NOT_FOUND = -32601,
     RPC_INVALID_PARAMS = -32602,
     RPC_INTERNAL_ERROR = -32603,
+    /* 2026-07-28: an HTTP routing header disagrees with the body */
+    RPC_HEADER_MISMATCH = -32020,
+    /* 2026-07-28: the request's revision is not served; data.supported names those that are */
+    RPC_UNSUPPORTED_VERSION = -32022,
+};
+
+/* A session's protocol era, fixed by its first request that passes (stdio, one session):
+ * the initialize handshake (2024-11-05 .. 2025-11-25) or 2026-07-28's self-contained
+ * requests. */
+enum server__era { SERVER__ERA_NONE, SERVER__ERA_HANDSHAKE, SERVER__ERA_MODERN };
+
+/* An HTTP request's routing headers, which a 2026-07-28 request must agree with (NULL when
+ * absent). */
+struct server__mcp_headers {
+    const char *version;    /* MCP-Protocol-Version */
+    const char *method;     /* Mcp-Method */
+    const char *name;       /* Mcp-Name (tools/call's name, maybe "=?base64?...?=") */
+    const char *duplicated; /* the name of a routing header sent more than once */
 };
 
 #define SERVER_SESSION_ID_LEN 32
@@ -32,6 +50,7 @@ struct server_session {
     char id[SERVER_SESSION_ID_LEN + 1];
     char version[16]; /* "" until initialize */
     bool initialized; /* initialize answered */
+    int era;          /* enum server__era (under the server's mu) */
     int64_t last_us;
     int refs;   /* holders: server_session_new/find's callers (under the server's mu) */
     bool ended; /* out of the list (DELETE, eviction); freed at the last release */
@@ -73,6 +92,19 @@ struct server {
     int64_t lat_buckets[SERVER__BUCKETS + 1];
     double lat_sum;
 };
+
+/*
+ * One HTTP POST at 2026-07-28 (or one whose MCP-Protocol-Version names no handshake
+ * revision): no session; the body's params._meta carries the revision, checked against h.
+ * *reply is NULL for a notification (202); *status is the HTTP status to send.
+ */
+void server__rpc_modern(struct server *s, const char *body, size_t len,
+                        const struct server__mcp_headers *h, json_t **reply, unsigned *status);
+/* Whether rev is a handshake-era revision that initialize negotiates. */
+bool server__handshake_revision(const char *rev);
+/* Whether a parsed message is a 2026-07-28 request: not initialize, and params._meta holds
+ * the protocol-version key. */
+bool server__is_modern(const json_t *msg);
 
 /* A CallToolResult with one text block (new reference). */
 json_t *server__tool_result(const char *text, size_t len, json_t *structured, bool is_error);

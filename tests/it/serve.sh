@@ -8,6 +8,9 @@
 export CUDA_AGENT_STATE_DIR=$PWD/state
 TASKS=$CA_REPO/examples/tasks
 INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"it","version":"0"}}}'
+# 2026-07-28's per-request envelope at revision $1.
+meta() { printf '"_meta":{"io.modelcontextprotocol/protocolVersion":"%s","io.modelcontextprotocol/clientCapabilities":{}}' "$1"; }
+M=$(meta 2026-07-28)
 srv_pid=
 cleanup() { [ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null && wait "$srv_pid" 2>/dev/null; rm -f "$OUT" "$ERR"; }
 trap cleanup EXIT
@@ -35,6 +38,18 @@ assert "stdio: list_tasks lists the examples" grep -q 'softmax_last_dim' "$OUT"
 assert "stdio: no batches in 2025-11-25" grep -q 'batches are not part' "$OUT"
 assert "stdio: one reply per request, none for the notification" [ "$(wc -l <"$OUT")" -eq 7 ]
 
+# -- stdio at 2026-07-28: the first request that passes fixes the era
+printf '%s\n' "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{$(meta 2099-01-01)}}" \
+    "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"server/discover\",\"params\":{$M}}" \
+    "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"list_tasks\",\"arguments\":{},$M}}" \
+    '{"jsonrpc":"2.0","id":4,"method":"tools/list"}' "$INIT" >"$PWD/in2.jsonl"
+run "$CA" serve --stdio --root "$PWD/r1" --tasks "$TASKS" <"$PWD/in2.jsonl"
+expect "stdio 2026-07-28: runs to end of input" 0 '"supportedVersions":["2026-07-28"]'
+assert "stdio 2026-07-28: an unknown revision is -32022 naming ours" grep -q '"id":1,"error":{"code":-32022' "$OUT"
+assert "stdio 2026-07-28: a tool call" grep -q '"id":3,"result":.*softmax_last_dim.*"resultType":"complete"' "$OUT"
+assert "stdio 2026-07-28: no envelope is -32602" grep -q '"id":4,"error":{"code":-32602' "$OUT"
+assert "stdio 2026-07-28: no handshake" grep -q '"id":1,"error":{"code":-32022,"message":"this session speaks' "$OUT"
+
 # -- HTTP
 "$CA" serve --http 127.0.0.1:0 --root "$PWD/r2" --tasks "$TASKS" --max-body 65536 \
     2>"$PWD/srv.log" &
@@ -59,6 +74,34 @@ hc "GET /mcp: 405" 405 "$U/mcp"
 hc "oversized body: 413" 413 "${A[@]}" --data-binary @<(head -c 100000 /dev/zero | tr '\0' ' ') "$U/mcp"
 hc "bad JSON: 400" 400 "${A[@]}" -d '{x' "$U/mcp"
 assert "bad JSON: -32700" grep -q -- '-32700' "$OUT"
+# 2026-07-28: self-contained requests, no session
+MH=(-H 'MCP-Protocol-Version: 2026-07-28')
+hc "2026-07-28: server/discover" 200 "${A[@]}" "${MH[@]}" -H 'Mcp-Method: server/discover' \
+    -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{$M}}" "$U/mcp"
+assert "2026-07-28: discover lists the revision" grep -q '"supportedVersions":\["2026-07-28"\]' "$OUT"
+assert "2026-07-28: no session id" sh -c "! grep -qi '^mcp-session-id' '$ERR'"
+hc "2026-07-28: tools/call" 200 "${A[@]}" "${MH[@]}" -H 'Mcp-Method: tools/call' -H 'Mcp-Name: list_tasks' \
+    -d "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"list_tasks\",\"arguments\":{},$M}}" "$U/mcp"
+assert "2026-07-28: its result" grep -q softmax_last_dim "$OUT"
+hc "2026-07-28: Mcp-Name mismatch: 400" 400 "${A[@]}" "${MH[@]}" -H 'Mcp-Method: tools/call' -H 'Mcp-Name: Bash' \
+    -d "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"list_tasks\",$M}}" "$U/mcp"
+assert "2026-07-28: header mismatch is -32020" grep -q -- '-32020' "$OUT"
+hc "2026-07-28: version header twice: 400" 400 "${A[@]}" "${MH[@]}" "${MH[@]}" -H 'Mcp-Method: tools/list' \
+    -d "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\",\"params\":{$M}}" "$U/mcp"
+assert "2026-07-28: duplicate header is -32020" grep -q 'more than once' "$OUT"
+hc "2026-07-28: no version header: 400" 400 "${A[@]}" -H 'Mcp-Method: tools/list' \
+    -d "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\",\"params\":{$M}}" "$U/mcp"
+assert "2026-07-28: missing header is -32020" grep -q -- '-32020' "$OUT"
+hc "2026-07-28: no envelope: 400" 400 "${A[@]}" "${MH[@]}" -H 'Mcp-Method: tools/list' \
+    -d '{"jsonrpc":"2.0","id":4,"method":"tools/list"}' "$U/mcp"
+assert "2026-07-28: no envelope is -32602" grep -q -- '-32602' "$OUT"
+hc "unknown revision: 400" 400 "${A[@]}" -H 'MCP-Protocol-Version: 2099-01-01' -H 'Mcp-Method: tools/list' \
+    -d "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/list\",\"params\":{$(meta 2099-01-01)}}" "$U/mcp"
+assert "unknown revision: -32022 with the supported list" grep -q '"code":-32022.*"supported":\["2026-07-28","2025-11-25"' "$OUT"
+hc "2026-07-28: unknown method: 404" 404 "${A[@]}" "${MH[@]}" -H 'Mcp-Method: no/such' \
+    -d "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"no/such\",\"params\":{$M}}" "$U/mcp"
+hc "2026-07-28: notification: 202" 202 "${A[@]}" "${MH[@]}" -H 'Mcp-Method: notifications/cancelled' \
+    -d '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}' "$U/mcp"
 hc "initialize" 200 "${A[@]}" -d "$INIT" "$U/mcp"
 SID=$(tr -d '\r' <"$ERR" | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
 assert "initialize gives a session id" [ ${#SID} -eq 32 ]
