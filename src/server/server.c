@@ -208,8 +208,19 @@ int server_new(const struct server_opts *o, struct server **out, struct ca_err *
         s->o.max_output = CA_LIMIT_TOOL_OUTPUT;
     if (!s->o.max_sessions)
         s->o.max_sessions = SERVER_MAX_SESSIONS_DEFAULT;
+    s->keep_finished = o->keep_finished == 0  ? SERVER_KEEP_FINISHED_DEFAULT
+                       : o->keep_finished < 0 ? 0
+                                              : o->keep_finished;
+    s->finished_ttl_s = o->finished_ttl_s == 0  ? SERVER_FINISHED_TTL_DEFAULT_S
+                        : o->finished_ttl_s < 0 ? 0
+                                                : o->finished_ttl_s;
     task_set_init(&s->tasks);
     (void)pthread_mutex_init(&s->mu, NULL); /* default attributes: cannot fail on Linux */
+    pthread_condattr_t ca;
+    (void)pthread_condattr_init(&ca);
+    (void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    (void)pthread_cond_init(&s->reclaim_cv, &ca);
+    (void)pthread_condattr_destroy(&ca);
     s->tool_list = build_tool_list();
     int rc = fs_mkdirs(o->root, 0700, err);
     if (rc)
@@ -240,6 +251,8 @@ int server_new(const struct server_opts *o, struct server **out, struct ca_err *
     s->o.state_dir = s->state_dir;
     if (o->tasks && (rc = task_load(o->tasks, &s->tasks, err)))
         goto fail;
+    if (!(o->flags & SERVER_NO_EPISODES) && (rc = server__reclaim_start(s, err)))
+        goto fail;
     s->o.root = s->root;
     *out = s;
     return 0;
@@ -262,6 +275,7 @@ void server_free(struct server *s)
 {
     if (!s)
         return;
+    server__reclaim_stop(s);
     while (s->sessions) {
         struct server_session *n = s->sessions->next;
         free(s->sessions);
@@ -274,6 +288,8 @@ void server_free(struct server *s)
     }
     task_set_release(&s->tasks);
     json_decref(s->tool_list);
+    free(s->kept);
+    pthread_cond_destroy(&s->reclaim_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->root);
     free(s->state_dir);
@@ -380,7 +396,7 @@ int server_session_end(struct server *s, const char *id)
 
 /* ---- the episode table ---- */
 
-static struct episode_opts ep_opts(const struct server *s, const char *id, const char *workspace)
+struct episode_opts server__ep_opts(const struct server *s, const char *id, const char *workspace)
 {
     return (struct episode_opts){
         .state_dir = s->state_dir,
@@ -394,7 +410,7 @@ static struct episode_opts ep_opts(const struct server *s, const char *id, const
 }
 
 /* Drop entries idle past their TTL (their supervisors have ended themselves). Under mu. */
-static void expire_locked(struct server *s)
+void server__expire_locked(struct server *s)
 {
     int64_t now = ca_now_us();
     for (struct server__episode **pp = &s->episodes; *pp;) {
@@ -415,11 +431,14 @@ static void expire_locked(struct server *s)
 
 static json_t *record_of(const struct server__episode *e)
 {
-    return json_pack("{s:s, s:s, s:s?, s:I, s:I, s:I, s:I, s:O?}", "episode_id", e->id, "workspace",
-                     e->workspace, "task_id", e->task_id, "seed", (json_int_t)e->seed,
-                     "created_unix",
-                     (json_int_t)time(NULL) - (ca_now_us() - e->created_us) / 1000000, "wall_ms",
-                     (json_int_t)e->wall_ms, "ttl_ms", (json_int_t)e->ttl_ms, "result", e->result);
+    json_t *rec =
+        json_pack("{s:s, s:s, s:s?, s:I, s:I, s:I, s:I, s:O?}", "episode_id", e->id, "workspace",
+                  e->workspace, "task_id", e->task_id, "seed", (json_int_t)e->seed, "created_unix",
+                  (json_int_t)time(NULL) - (ca_now_us() - e->created_us) / 1000000, "wall_ms",
+                  (json_int_t)e->wall_ms, "ttl_ms", (json_int_t)e->ttl_ms, "result", e->result);
+    if (e->ended_unix)
+        json_object_set_new(rec, "ended_unix", json_integer((json_int_t)e->ended_unix));
+    return rec;
 }
 
 static void save_record(struct server *s, const struct server__episode *e)
@@ -451,8 +470,11 @@ static struct server__episode *load_record(struct server *s, const char *id)
         jsonx_parse(sv_from(b.data, b.len), CA_LIMIT_JSON_BYTES, path, &rec, NULL) == 0) {
         const char *ws = json_string_value(json_object_get(rec, "workspace"));
         json_t *result = json_object_get(rec, "result");
-        struct episode_opts eo = ep_opts(s, id, NULL);
-        if (ws && (json_is_object(result) || episode_running(&eo))) {
+        struct episode_opts eo = server__ep_opts(s, id, NULL);
+        /* A removed episode's supervisor is gone (and episode_running would make its
+         * state directory again). */
+        bool gone = json_object_get(rec, "reclaimed_unix") != NULL;
+        if (ws && (json_is_object(result) || (!gone && episode_running(&eo)))) {
             e = xcalloc(1, sizeof(*e));
             snprintf(e->id, sizeof(e->id), "%s", id);
             e->workspace = xstrdup(ws);
@@ -465,6 +487,7 @@ static struct server__episode *load_record(struct server *s, const char *id)
             if (e->ttl_ms <= 0)
                 e->ttl_ms = s->o.ttl_ms;
             e->result = json_is_object(result) ? json_incref(result) : NULL;
+            e->ended_unix = json_integer_value(json_object_get(rec, "ended_unix"));
         }
     }
     json_decref(rec);
@@ -483,7 +506,7 @@ static struct server__episode *pin(struct server *s, const json_t *args, json_t 
         return NULL;
     }
     pthread_mutex_lock(&s->mu);
-    expire_locked(s);
+    server__expire_locked(s);
     struct server__episode *e = s->episodes;
     while (e && strcmp(e->id, id) != 0)
         e = e->next;
@@ -622,7 +645,7 @@ static int start_supervisor(struct server *s, const struct server__episode *e, s
 {
     const char *exe = eval_sandbox_bin();
     if (!exe || !strstr(exe, "cuda-agent")) {
-        struct episode_opts eo = ep_opts(s, e->id, e->workspace);
+        struct episode_opts eo = server__ep_opts(s, e->id, e->workspace);
         eo.idle_timeout_ms = e->ttl_ms;
         json_t *ping = json_pack("{s:s}", "op", "ping"), *reply = NULL;
         int rc = episode_request(&eo, ping, 60000, &reply, err);
@@ -723,7 +746,7 @@ static json_t *tool_start_episode(struct server *s, const json_t *args)
         task = &inline_task;
     }
     pthread_mutex_lock(&s->mu);
-    expire_locked(s);
+    server__expire_locked(s);
     bool full = s->live >= s->o.max_episodes;
     if (!full)
         s->live++; /* reserved; given back below on failure */
@@ -790,6 +813,7 @@ static json_t *tool_start_episode(struct server *s, const json_t *args)
     e->next = s->episodes;
     s->episodes = e;
     s->episodes_started++;
+    server__kept_ended_locked(s, e->id, 0);
     pthread_mutex_unlock(&s->mu);
     if (log_events_on())
         log_event("serve.episode_start", ca_now_us() - t0,
@@ -850,7 +874,7 @@ static json_t *tool_agent(struct server *s, const char *name, const json_t *args
     json_t *targs = json_deep_copy(args);
     json_object_del(targs, "episode_id");
     json_t *req = json_pack("{s:s, s:o}", "tool", name, "args", targs);
-    struct episode_opts eo = ep_opts(s, e->id, NULL);
+    struct episode_opts eo = server__ep_opts(s, e->id, NULL);
     struct ca_err err = {0};
     int rc = episode_request(&eo, req, TOOL_TIMEOUT_MS, &reply, &err);
     json_decref(req);
@@ -891,7 +915,7 @@ static int run_eval(struct server *s, struct server__episode *e, const char *sta
     /* The newest record is this evaluation's: the episode's socket serves one at a time, and
      * only the agent's own ./compile etc. could have run one in between (also a true record). */
     json_t *q = json_pack("{s:s, s:I}", "op", "evals", "since", (json_int_t)0), *ans = NULL;
-    struct episode_opts eo = ep_opts(s, e->id, NULL);
+    struct episode_opts eo = server__ep_opts(s, e->id, NULL);
     rc = episode_request(&eo, q, 60000, &ans, err);
     json_decref(q);
     json_t *evals = json_object_get(ans, "evals");
@@ -1053,7 +1077,7 @@ static json_t *tool_finish(struct server *s, const json_t *args)
         free(text);
     }
     json_t *q = json_pack("{s:s, s:I}", "op", "evals", "since", (json_int_t)0);
-    struct episode_opts eo = ep_opts(s, e->id, NULL);
+    struct episode_opts eo = server__ep_opts(s, e->id, NULL);
     int rc = episode_request(&eo, q, 60000, &ans, &err);
     json_decref(q);
     if (rc) {
@@ -1082,11 +1106,14 @@ static json_t *tool_finish(struct server *s, const json_t *args)
     json_decref(closed);
     pthread_mutex_lock(&s->mu);
     e->result = json_incref(sc);
+    e->ended_unix = time(NULL);
     e->finishing = false;
     s->live--;
     s->episodes_finished++;
+    server__kept_ended_locked(s, e->id, e->ended_unix);
     pthread_mutex_unlock(&s->mu);
     save_record(s, e);
+    server__reclaim_kick(s);
     char *text = xstrfmt("Episode %s finished: reward %lld (%s).", e->id, (long long)reward,
                          best ? "best correct evaluation" : "no correct evaluation");
     result = server__tool_result(text, strlen(text), sc, false);
@@ -1157,7 +1184,7 @@ void server__count_http(struct server *s, unsigned status)
 int server_metrics(struct server *s, struct buf *out)
 {
     pthread_mutex_lock(&s->mu);
-    expire_locked(s);
+    server__expire_locked(s);
     int e = 0;
     e |= buf_addf(out,
                   "# HELP cuda_agent_episodes_live Episodes started and not finished or expired.\n"
@@ -1170,6 +1197,13 @@ int server_metrics(struct server *s, struct buf *out)
                   "cuda_agent_episodes_finished_total %" PRId64 "\n"
                   "# TYPE cuda_agent_episodes_expired_total counter\n"
                   "cuda_agent_episodes_expired_total %" PRId64 "\n"
+                  "# HELP cuda_agent_episodes_reclaimed_total Ended episodes whose workspace "
+                  "and snapshots the cleanup policy removed.\n"
+                  "# TYPE cuda_agent_episodes_reclaimed_total counter\n"
+                  "cuda_agent_episodes_reclaimed_total %" PRId64 "\n"
+                  "# HELP cuda_agent_episodes_on_disk Episodes whose trees are on disk.\n"
+                  "# TYPE cuda_agent_episodes_on_disk gauge\n"
+                  "cuda_agent_episodes_on_disk %" PRId64 "\n"
                   "# TYPE cuda_agent_mcp_sessions gauge\ncuda_agent_mcp_sessions %" PRId64 "\n"
                   "# TYPE cuda_agent_rpc_requests_total counter\n"
                   "cuda_agent_rpc_requests_total %" PRId64 "\n"
@@ -1180,8 +1214,9 @@ int server_metrics(struct server *s, struct buf *out)
                   "# TYPE cuda_agent_tool_call_errors_total counter\n"
                   "cuda_agent_tool_call_errors_total %" PRId64 "\n",
                   s->live, s->o.max_episodes, s->episodes_started, s->episodes_finished,
-                  s->episodes_expired, s->nsessions, s->rpc_requests, s->rpc_errors,
-                  (int64_t)atomic_load(&s->inflight), s->tool_errors);
+                  s->episodes_expired, s->episodes_reclaimed, (int64_t)s->nkept, s->nsessions,
+                  s->rpc_requests, s->rpc_errors, (int64_t)atomic_load(&s->inflight),
+                  s->tool_errors);
     e |= buf_addstr(out, "# HELP cuda_agent_http_requests_total HTTP responses by status class.\n"
                          "# TYPE cuda_agent_http_requests_total counter\n");
     for (int c = 1; c <= 5; c++)

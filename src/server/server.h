@@ -11,7 +11,9 @@
  * its episodes (id, workspace, deadlines, the finish result) and a record of
  * each on disk (<root>/episodes/<id>.json), so an episode outlives the client
  * that started it, and a restarted server finds its running episodes again.
- * Supervisors end themselves after the idle TTL.
+ * Supervisors end themselves after the idle TTL. Ended episodes' workspaces and
+ * snapshots go by a cleanup policy (opts.keep_finished, opts.finished_ttl_s);
+ * their records and results stay.
  *
  * Tools (tools/call): list_tasks; start_episode; the eleven agent tools, each
  * with an extra episode_id argument; evaluate (compile, verify or profile,
@@ -38,6 +40,8 @@
 #define SERVER_TTL_DEFAULT_MS (2 * 3600 * 1000)
 #define SERVER_MAX_SESSIONS_DEFAULT 4096
 #define SERVER_DRAIN_DEFAULT_MS (600 * 1000)
+#define SERVER_KEEP_FINISHED_DEFAULT 64
+#define SERVER_FINISHED_TTL_DEFAULT_S (24 * 3600)
 
 enum server_flags {
     /* Refuse every start_episode (parsers, fuzzing, protocol tests): nothing is started. */
@@ -58,7 +62,13 @@ struct server_opts {
     size_t max_body;         /* bytes of one request; 0: CA_LIMIT_REQUEST_BYTES */
     size_t max_output;       /* bytes of one tool result's text; 0: CA_LIMIT_TOOL_OUTPUT */
     int64_t max_sessions;    /* MCP sessions kept (oldest idle dropped); 0: default */
-    const char *token;       /* bearer token HTTP requests must carry; NULL: none */
+    /* The cleanup policy: ended (finished or idle-expired) episodes keep their workspace and
+     * snapshots while among the keep_finished newest and younger than finished_ttl_s; the
+     * record and finish's result always stay. keep_finished: 0 default, < 0 none;
+     * finished_ttl_s: 0 default, < 0 no age limit. */
+    int64_t keep_finished;
+    int64_t finished_ttl_s;
+    const char *token; /* bearer token HTTP requests must carry; NULL: none */
     /* Accept start_episode's inline `code`: the task's code runs in the evaluator's trusted
      * reference process, so only clients trusted with that may send it (stdio's parent, or
      * an operator's explicit --allow-task-code). Otherwise only --tasks' tasks. */

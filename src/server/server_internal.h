@@ -65,10 +65,18 @@ struct server__episode {
     int64_t created_us, last_us; /* ca_now_us */
     int64_t wall_ms, ttl_ms;
     int64_t calls;
-    int busy;       /* calls in flight */
-    bool finishing; /* a finish runs */
-    json_t *result; /* finish's structuredContent once finished; owned */
+    int busy;           /* calls in flight */
+    bool finishing;     /* a finish runs */
+    json_t *result;     /* finish's structuredContent once finished; owned */
+    int64_t ended_unix; /* when finish ended it; 0 before */
     struct server__episode *next;
+};
+
+/* An episode whose tree (workspace, snapshots) is on disk, for the cleanup policy. */
+struct server__kept {
+    char id[EPISODE_ID_MAX + 1];
+    int64_t ended_unix; /* finished or found expired at; 0: live, or not known to have ended */
+    int64_t order;      /* ends in the same second: the later one is newer */
 };
 
 /* Tool-call latency buckets (seconds) for /metrics. */
@@ -91,7 +99,36 @@ struct server {
     int64_t http_requests[6]; /* by status class: 1xx..5xx, [0] other */
     int64_t lat_buckets[SERVER__BUCKETS + 1];
     double lat_sum;
+    /* the cleanup policy (reclaim.c); kept[] and the flags under mu */
+    int64_t keep_finished;  /* ended trees kept, newest first */
+    int64_t finished_ttl_s; /* an ended tree goes this long after its end; 0: no age limit */
+    struct server__kept *kept;
+    size_t nkept, kept_alloc;
+    int64_t kept_order;
+    int64_t episodes_reclaimed;
+    pthread_t reclaimer;
+    pthread_cond_t reclaim_cv;
+    bool reclaimer_on, reclaim_stop, reclaim_kick;
 };
+
+/* The episode table (server.c). */
+struct episode_opts server__ep_opts(const struct server *s, const char *id, const char *workspace);
+/* Drop entries idle past their TTL (their supervisors have ended themselves). Under mu. */
+void server__expire_locked(struct server *s);
+
+/*
+ * The cleanup policy (reclaim.c): an ended episode (finished, or idle past its TTL with its
+ * supervisor gone) keeps its workspace and snapshots while it is among the keep_finished
+ * newest ended and younger than finished_ttl_s; then a background thread removes both trees
+ * and marks its record (the record and finish's result stay). Started by server_new from the
+ * records on disk (a restarted server applies the policy to what it finds).
+ */
+int server__reclaim_start(struct server *s, struct ca_err *err) WARN_UNUSED_RESULT;
+void server__reclaim_stop(struct server *s);
+/* Track an episode (ended_unix 0: just started) or mark it ended. Under mu. */
+void server__kept_ended_locked(struct server *s, const char *id, int64_t ended_unix);
+/* Run a pass soon (after a finish). */
+void server__reclaim_kick(struct server *s);
 
 /*
  * One HTTP POST at 2026-07-28 (or one whose MCP-Protocol-Version names no handshake

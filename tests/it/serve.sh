@@ -139,6 +139,7 @@ else
     assert "finish: reward -1 without a correct evaluation" [ "$(field structuredContent.reward)" = -1 ]
 fi
 hc "metrics" 200 "$U/metrics"
+assert "metrics: the cleanup policy's counters" grep -q '^cuda_agent_episodes_reclaimed_total 0' "$OUT"
 assert "metrics: Prometheus text" grep -q '^# TYPE cuda_agent_tool_call_seconds histogram' "$OUT"
 hc "DELETE ends the session" 200 -X DELETE -H "Mcp-Session-Id: $SID" "$U/mcp"
 hc "the ended session: 404" 404 "${S[@]}" -d '{"jsonrpc":"2.0","id":2,"method":"ping"}' "$U/mcp"
@@ -146,4 +147,64 @@ kill -TERM $srv_pid
 wait $srv_pid
 assert "SIGTERM: exit 0" [ $? -eq 0 ]
 srv_pid=
+
+# -- the cleanup policy: ended episodes lose their workspace and snapshots; records, results
+#    and live episodes stay
+serve3() { # serve3 ARGS...: a server on r3; sets srv_pid, U, S
+    "$CA" serve --http 127.0.0.1:0 --root "$PWD/r3" --tasks "$TASKS" "$@" 2>"$PWD/srv3.log" &
+    srv_pid=$!
+    for _ in $(seq 100); do grep -q 'listening on' "$PWD/srv3.log" && break; sleep 0.1; done
+    U=http://127.0.0.1:$(sed -nE 's/.*listening on http:\/\/127\.0\.0\.1:([0-9]+).*/\1/p' "$PWD/srv3.log")
+    hc "cleanup: initialize" 200 "${A[@]}" -d "$INIT" "$U/mcp"
+    SID=$(tr -d '\r' <"$ERR" | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
+    S=("${A[@]}" -H "Mcp-Session-Id: $SID")
+}
+gone() { for _ in $(seq 100); do [ ! -e "$1" ] && return 0; sleep 0.1; done; return 1; }
+start() { # start VAR [EXTRA-ARGS]: an episode's id in VAR
+    call "cleanup: start_episode" start_episode "{\"task\":\"softmax_last_dim\"$2}"
+    printf -v "$1" '%s' "$(field structuredContent.episode_id)"
+}
+if [ -z "$EP" ]; then
+    skip userns "cleanup policy" "no sandbox on this host"
+else
+    W=$PWD/r3/workspaces
+    serve3 --keep-finished 1
+    start EA
+    start EB
+    start EC
+    call "cleanup: finish A" finish "{\"episode_id\":\"$EA\",\"final_eval\":false}"
+    assert "cleanup: the newest ended episode keeps its workspace" [ -d "$W/$EA" ]
+    call "cleanup: finish B" finish "{\"episode_id\":\"$EB\",\"final_eval\":false}"
+    assert "cleanup: past --keep-finished 1 the older one's workspace goes" gone "$W/$EA"
+    assert "cleanup: ... and its snapshots and sockets" gone "$PWD/state/$EA"
+    assert "cleanup: its record stays" [ -f "$PWD/r3/episodes/$EA.json" ]
+    call "cleanup: finish again returns the result" finish "{\"episode_id\":\"$EA\"}"
+    assert "cleanup: the result, marked reclaimed" [ "$(field structuredContent.reclaimed)/$(field structuredContent.reward)" = True/-1 ]
+    assert "cleanup: the newest ended one is kept" [ -d "$W/$EB" ]
+    call "cleanup: a live episode is untouched" Bash "{\"episode_id\":\"$EC\",\"command\":\"echo live-\$((6*7))\"}"
+    assert "cleanup: its call runs" grep -q 'live-42' "$OUT"
+    kill -TERM $srv_pid
+    wait $srv_pid
+    # A restarted server applies its policy to what it finds: B ended more than 1 s ago.
+    serve3 --keep-finished 5 --finished-ttl 1 --episode-ttl 2
+    assert "cleanup after a restart: B's workspace goes (--finished-ttl 1)" gone "$W/$EB"
+    call "cleanup after a restart: B's result" finish "{\"episode_id\":\"$EB\"}"
+    assert "cleanup after a restart: B's result, marked reclaimed" [ "$(field structuredContent.reclaimed)" = True ]
+    # An episode idle past its TTL ends; it is cleaned up like a finished one.
+    start ED ',"limits":{"ttl_s":1}'
+    assert "cleanup: an idle-expired episode's workspace goes" gone "$W/$ED"
+    expired_record() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))
+assert r["end"] == "expired" and r.get("reclaimed_unix", 0) > 0 and r.get("result") is None' "$1" 2>/dev/null; }
+    for _ in $(seq 50); do expired_record "$PWD/r3/episodes/$ED.json" && break; sleep 0.1; done
+    assert "cleanup: its record says so" expired_record "$PWD/r3/episodes/$ED.json"
+    call "cleanup: the live episode survived both servers" Bash "{\"episode_id\":\"$EC\",\"command\":\"echo still-\$((6*7))\"}"
+    assert "cleanup: its call runs after the restart" grep -q 'still-42' "$OUT"
+    assert "cleanup: its workspace is there" [ -f "$W/$EC/model.py" ]
+    hc "cleanup: metrics" 200 "$U/metrics"
+    assert "cleanup: metrics count the removals" grep -q '^cuda_agent_episodes_reclaimed_total 2' "$OUT"
+    call "cleanup: finish the live one" finish "{\"episode_id\":\"$EC\",\"final_eval\":false}"
+    kill -TERM $srv_pid
+    wait $srv_pid
+    srv_pid=
+fi
 finish
