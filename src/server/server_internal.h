@@ -1,6 +1,7 @@
 /*
  * server_internal.h - shared between the server's files: the JSON-RPC error
- * codes, the session and episode tables, metrics.
+ * codes, the session and episode tables, metrics, and the functions one file
+ * of the server offers the others (server__ prefix).
  */
 #ifndef CA_SERVER_INTERNAL_H
 #define CA_SERVER_INTERNAL_H
@@ -111,10 +112,38 @@ struct server {
     bool reclaimer_on, reclaim_stop, reclaim_kick;
 };
 
-/* The episode table (server.c). */
+/* server.c */
+/* nhex random lowercase hex digits and a NUL into out (getrandom; at most 64). */
+void server__random_hex(char *out, size_t nhex);
+
+/* The episode table and the records (episodes.c). */
 struct episode_opts server__ep_opts(const struct server *s, const char *id, const char *workspace);
 /* Drop entries idle past their TTL (their supervisors have ended themselves). Under mu. */
 void server__expire_locked(struct server *s);
+/* Write the episode's record (<root>/episodes/<id>.json) from its entry. */
+void server__save_record(struct server *s, const struct server__episode *e);
+/* Find (or re-attach from its record) and pin args' episode_id (busy++); NULL with a result
+ * for the model in *why. */
+struct server__episode *server__pin(struct server *s, const json_t *args, json_t **why);
+void server__unpin(struct server *s, struct server__episode *e);
+bool server__past_wall(const struct server__episode *e);
+void server__episode_free(struct server__episode *e);
+
+/* The tools (tools.c, start.c, evaluate.c): each returns a CallToolResult (new reference). */
+json_t *server__build_tool_list(void);
+/* Refuse keys outside `allowed` (NULL-terminated): a result for the model, or NULL. */
+json_t *server__check_keys(const char *tool, const json_t *args, const char *const *allowed);
+/* args' key, when present, as an integer in [lo, hi] into *out: a result, or NULL. */
+json_t *server__get_int(const char *tool, const json_t *args, const char *key, int64_t lo,
+                        int64_t hi, int64_t *out);
+/* A result whose text is cut to --max-output at a UTF-8 boundary, saying so. */
+json_t *server__text_result(struct server *s, const char *text, size_t len, json_t *sc, bool err);
+bool server__is_agent_tool(const char *name);
+json_t *server__tool_list_tasks(struct server *s, const json_t *args);
+json_t *server__tool_agent(struct server *s, const char *name, const json_t *args);
+json_t *server__tool_start_episode(struct server *s, const json_t *args);
+json_t *server__tool_evaluate(struct server *s, const json_t *args);
+json_t *server__tool_finish(struct server *s, const json_t *args);
 
 /*
  * The cleanup policy (reclaim.c): an ended episode (finished, or idle past its TTL with its
