@@ -438,8 +438,12 @@ static bool ws_message(struct ws_conn *w, const char *p, size_t n)
     } else if (strcmp(type, "mcp") == 0) {
         if (!w->sess) {
             w->sess = server_session_new(w->s);
+            /* The WebSocket's MCP messages: one handshake-era session, initialized. */
             snprintf(w->sess->version, sizeof(w->sess->version), "2025-11-25");
             w->sess->initialized = true;
+            pthread_mutex_lock(&w->s->mu);
+            w->sess->era = SERVER__ERA_HANDSHAKE;
+            pthread_mutex_unlock(&w->s->mu);
         }
         struct buf b;
         buf_init(&b, BUF_MAX_INTERNAL);

@@ -159,7 +159,7 @@ serve3() { # serve3 ARGS...: a server on r3; sets srv_pid, U, S
     SID=$(tr -d '\r' <"$ERR" | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
     S=("${A[@]}" -H "Mcp-Session-Id: $SID")
 }
-gone() { for _ in $(seq 100); do [ ! -e "$1" ] && return 0; sleep 0.1; done; return 1; }
+gone() { for _ in $(seq 300); do [ ! -e "$1" ] && return 0; sleep 0.1; done; return 1; }
 start() { # start VAR [EXTRA-ARGS]: an episode's id in VAR
     call "cleanup: start_episode" start_episode "{\"task\":\"softmax_last_dim\"$2}"
     printf -v "$1" '%s' "$(field structuredContent.episode_id)"
@@ -195,7 +195,7 @@ else
     assert "cleanup: an idle-expired episode's workspace goes" gone "$W/$ED"
     expired_record() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))
 assert r["end"] == "expired" and r.get("reclaimed_unix", 0) > 0 and r.get("result") is None' "$1" 2>/dev/null; }
-    for _ in $(seq 50); do expired_record "$PWD/r3/episodes/$ED.json" && break; sleep 0.1; done
+    for _ in $(seq 100); do expired_record "$PWD/r3/episodes/$ED.json" && break; sleep 0.1; done
     assert "cleanup: its record says so" expired_record "$PWD/r3/episodes/$ED.json"
     call "cleanup: the live episode survived both servers" Bash "{\"episode_id\":\"$EC\",\"command\":\"echo still-\$((6*7))\"}"
     assert "cleanup: its call runs after the restart" grep -q 'still-42' "$OUT"
