@@ -409,6 +409,10 @@ def test_http_modern_protocol(server):
         "io.modelcontextprotocol/protocolVersion": MODERN}), modern_h("tools/list"))[::2],
         400, -32602)
     assert "clientCapabilities" in e["message"]
+    e = err(*server.request("POST", "/mcp", modern("tools/list", meta={
+        "io.modelcontextprotocol/clientCapabilities": {}}), modern_h("tools/list"))[::2],
+        400, -32602)
+    assert "protocolVersion" in e["message"]
     # No handshake and no ping at 2026-07-28; unknown methods are 404.
     e = err(*server.request("POST", "/mcp", modern("initialize", INIT["params"]),
                             modern_h("initialize"))[::2], 400, -32022)
@@ -444,13 +448,14 @@ def test_stdio_modern_protocol(env):
                                           "2025-11-25"}),
         {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}},
         modern("ping", id_=7),
+        modern("tools/list", id_=8, meta={"io.modelcontextprotocol/clientCapabilities": {}}),
     ]
     data = "\n".join(json.dumps(x) for x in lines) + "\n"
     r = subprocess.run([CA, *serve_args(env, "stdio-modern", "--stdio")], input=data,
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     out = {m["id"]: m for m in map(json.loads, r.stdout.splitlines())}
-    assert len(out) == 7
+    assert len(out) == 8
     assert out[1]["error"]["code"] == -32022
     assert "2025-11-25" in out[1]["error"]["data"]["supported"]
     assert out[2]["result"]["supportedVersions"] == [MODERN]
@@ -460,6 +465,7 @@ def test_stdio_modern_protocol(env):
     assert out[5]["error"]["data"] == {"supported": [MODERN], "requested": "2025-11-25"}
     assert out[6]["error"]["code"] == -32022 and out[6]["error"]["data"]["supported"] == [MODERN]
     assert out[7]["error"]["code"] == -32601
+    assert out[8]["error"]["code"] == -32602 and "protocolVersion" in out[8]["error"]["message"]
     # ... and after initialize a request in the envelope is refused.
     data = "\n".join(json.dumps(x) for x in [INIT, modern("tools/list", id_=2)]) + "\n"
     r = subprocess.run([CA, *serve_args(env, "stdio-modern", "--stdio")], input=data,
