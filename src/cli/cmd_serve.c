@@ -33,6 +33,7 @@ int cmd_serve(int argc, char **argv)
     const char *http = NULL, *root = NULL, *tasks = NULL, *state_dir = NULL, *token_file = NULL;
     const char *device = NULL;
     int64_t max_episodes = 0, ttl_s = 0, wall_s = 0, max_body = 0, max_output = 0, drain_s = 600;
+    int64_t keep_finished = -1, finished_ttl_s = -1; /* -1: not given */
     const struct cli_opt opts[] = {
         {"stdio", 0, CLI_OPT_FLAG, &use_stdio, NULL, "speak MCP on stdin/stdout"},
         {"http", 0, CLI_OPT_STRING, &http, "ADDR:PORT",
@@ -52,6 +53,14 @@ int cmd_serve(int argc, char **argv)
          "an episode ends after SEC without calls (7200)", 1, 7 * 86400},
         {"episode-wall", 0, CLI_OPT_INT, &wall_s, "SEC",
          "an episode's tools stop SEC after its start (default: no limit)", 1, 30 * 86400},
+        {"keep-finished", 0, CLI_OPT_INT, &keep_finished, "N",
+         "ended episodes (finished or idle-expired) that keep their workspace and snapshots, "
+         "newest first (64; 0: none); records and results always stay",
+         0, 1000000},
+        {"finished-ttl", 0, CLI_OPT_INT, &finished_ttl_s, "SEC",
+         "an ended episode's workspace and snapshots go SEC after its end (86400; 0: no age "
+         "limit)",
+         0, 10 * 365 * 86400},
         {"max-body", 0, CLI_OPT_INT, &max_body, "BYTES", "largest request (8 MiB)", 1024, 64 << 20},
         {"max-output", 0, CLI_OPT_INT, &max_output, "BYTES",
          "largest text of one tool result (64 KiB)", 1024, 64 << 10},
@@ -147,6 +156,12 @@ int cmd_serve(int argc, char **argv)
         .max_episodes = max_episodes,
         .ttl_ms = ttl_s * 1000,
         .wall_ms = wall_s * 1000,
+        .keep_finished = keep_finished < 0    ? 0
+                         : keep_finished == 0 ? -1
+                                              : keep_finished,
+        .finished_ttl_s = finished_ttl_s < 0    ? 0
+                          : finished_ttl_s == 0 ? -1
+                                                : finished_ttl_s,
         .max_body = (size_t)max_body,
         .max_output = (size_t)max_output,
         .token = token.len ? token.data : NULL,

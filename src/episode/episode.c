@@ -427,7 +427,8 @@ static json_t *handle(struct episode *ep, const json_t *req, bool *stop)
     return reply;
 }
 
-static void serve_conn(struct episode *ep, int conn, bool *stop)
+/* One connection's request; false when none came (episode_running's probe, or garbage). */
+static bool serve_conn(struct episode *ep, int conn, bool *stop)
 {
     struct ca_err err = {0};
     json_t *req = NULL;
@@ -437,7 +438,7 @@ static void serve_conn(struct episode *ep, int conn, bool *stop)
         if (msg_send(conn, r, deadline, &err))
             LOG_DEBUG("error reply lost: %s", err.msg);
         json_decref(r);
-        return;
+        return false;
     }
     int64_t t0 = ca_now_us();
     json_t *reply = handle(ep, req, stop);
@@ -450,6 +451,7 @@ static void serve_conn(struct episode *ep, int conn, bool *stop)
         LOG_WARN("reply lost: %s", err.msg);
     json_decref(reply);
     json_decref(req);
+    return true;
 }
 
 static int serve(struct episode *ep, int lfd, int64_t idle_ms)
@@ -476,9 +478,11 @@ static int serve(struct episode *ep, int lfd, int64_t idle_ms)
             int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
             if (conn < 0)
                 continue;
-            serve_conn(ep, conn, &stop);
+            /* Only a request is activity: a liveness probe (connect, close) must not keep an
+             * idle episode alive past its TTL (the server's cleanup pass probes). */
+            if (serve_conn(ep, conn, &stop))
+                last = ca_now_us();
             close(conn);
-            last = ca_now_us();
         }
     }
     return 0;

@@ -83,7 +83,8 @@ int episode_evals(struct episode *ep, int64_t since, json_t **out,
 int episode_request(const struct episode_opts *opts, const json_t *req, int64_t timeout_ms,
                     json_t **reply, struct ca_err *err) WARN_UNUSED_RESULT;
 
-/* Whether a supervisor answers for this episode. */
+/* Whether a supervisor answers for this episode. The probe is no activity: it does not
+ * extend the episode's idle timeout. */
 bool episode_running(const struct episode_opts *opts);
 
 #endif

@@ -8,7 +8,11 @@
  * (an evaluation) holds only its own connection; the connection limit bounds
  * the threads. A WebSocket session, once upgraded, gets a thread of its own.
  *
- * /mcp follows the 2025-11-25 transport: POST one JSON-RPC message (Accept
+ * /mcp serves both eras. A POST whose MCP-Protocol-Version names no handshake
+ * revision, or a session-less POST of a 2026-07-28 request, is stateless
+ * (mcp_post_modern: no session; the body's envelope is checked against the
+ * routing headers by server__rpc_modern, which picks the HTTP status).
+ * Otherwise the 2025-11-25 transport: POST one JSON-RPC message (Accept
  * must list application/json and text/event-stream, else 406; Content-Type
  * application/json, else 415); the initialize response carries
  * Mcp-Session-Id, every later request must send it (400 without, 404 for an
@@ -154,6 +158,64 @@ static bool header_has(struct MHD_Connection *c, const char *name, const char *t
 
 /* ---- /mcp ---- */
 
+/* Which era a POST is in: 2026-07-28 when its MCP-Protocol-Version names no handshake
+ * revision (an unknown one too, so that it gets -32022 naming ours), or, without a session,
+ * when its body is a 2026-07-28 request or the server/discover probe (a missing header is
+ * then the ladder's -32020). */
+static bool is_modern_post(struct MHD_Connection *c, const struct http_req *rq, const char *sid)
+{
+    const char *pv = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version");
+    if (pv)
+        return !server__handshake_revision(pv);
+    if (sid)
+        return false;
+    /* Depth first: json_loadb recurses (the limit is checked again by the parser proper). */
+    if (jsonx_depth(sv_from(rq->body.data, rq->body.len)) > CA_LIMIT_JSON_DEPTH)
+        return false;
+    json_t *m = json_loadb(rq->body.data, rq->body.len, 0, NULL);
+    const char *meth = json_string_value(json_object_get(m, "method"));
+    bool modern = server__is_modern(m) || (meth && strcmp(meth, "server/discover") == 0);
+    json_decref(m);
+    return modern;
+}
+
+struct routing_count {
+    const char *dup;
+    int version, method, name;
+};
+
+static enum MHD_Result count_routing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    struct routing_count *rc = cls;
+    static const char *const names[] = {"MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"};
+    int *n[] = {&rc->version, &rc->method, &rc->name};
+    for (size_t i = 0; i < 3; i++)
+        if (strcasecmp(key, names[i]) == 0 && ++*n[i] == 2 && !rc->dup)
+            rc->dup = names[i];
+    return MHD_YES;
+}
+
+/* A 2026-07-28 POST: no session; the body's envelope is checked against the headers. */
+static enum MHD_Result mcp_post_modern(struct MHD_Connection *c, struct server *s,
+                                       struct http_req *rq)
+{
+    struct routing_count rc = {0};
+    (void)MHD_get_connection_values(c, MHD_HEADER_KIND, count_routing, &rc);
+    struct server__mcp_headers h = {
+        .version = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "MCP-Protocol-Version"),
+        .method = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Method"),
+        .name = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Name"),
+        .duplicated = rc.dup,
+    };
+    json_t *reply;
+    unsigned status;
+    server__rpc_modern(s, rq->body.data, rq->body.len, &h, &reply, &status);
+    if (!reply)
+        return send_body(c, s, MHD_HTTP_ACCEPTED, NULL, "", 0, NULL, NULL);
+    return send_json(c, s, status, reply, NULL, NULL);
+}
+
 static enum MHD_Result mcp_post(struct MHD_Connection *c, struct server *s, struct http_req *rq)
 {
     const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
@@ -166,6 +228,8 @@ static enum MHD_Result mcp_post(struct MHD_Connection *c, struct server *s, stru
         return send_error(c, s, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, RPC_INVALID_REQUEST,
                           "Unsupported Media Type: the body must be application/json");
     const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Mcp-Session-Id");
+    if (is_modern_post(c, rq, sid))
+        return mcp_post_modern(c, s, rq);
     struct server_session *sess = NULL;
     if (sid) {
         sess = server_session_find(s, sid);
@@ -184,9 +248,7 @@ static enum MHD_Result mcp_post(struct MHD_Connection *c, struct server *s, stru
         /* Without a session only initialize may come; server_rpc refuses anything else. */
         json_t *m = json_loadb(rq->body.data, rq->body.len, 0, NULL);
         const char *meth = json_string_value(json_object_get(m, "method"));
-        /* server/discover (the 2026-07-28 probe) gets its -32601 so clients fall back. */
-        bool init =
-            meth && (strcmp(meth, "initialize") == 0 || strcmp(meth, "server/discover") == 0);
+        bool init = meth && strcmp(meth, "initialize") == 0;
         bool parsed = m != NULL;
         json_decref(m);
         if (parsed && !init &&
@@ -376,8 +438,12 @@ static bool ws_message(struct ws_conn *w, const char *p, size_t n)
     } else if (strcmp(type, "mcp") == 0) {
         if (!w->sess) {
             w->sess = server_session_new(w->s);
+            /* The WebSocket's MCP messages: one handshake-era session, initialized. */
             snprintf(w->sess->version, sizeof(w->sess->version), "2025-11-25");
             w->sess->initialized = true;
+            pthread_mutex_lock(&w->s->mu);
+            w->sess->era = SERVER__ERA_HANDSHAKE;
+            pthread_mutex_unlock(&w->s->mu);
         }
         struct buf b;
         buf_init(&b, BUF_MAX_INTERNAL);

@@ -1,6 +1,7 @@
 /*
- * server.h - the RL environment server: MCP (JSON-RPC 2.0, handshake revisions
- * 2024-11-05 to 2025-11-25) over stdio and Streamable HTTP, and an OpenEnv
+ * server.h - the RL environment server: MCP (JSON-RPC 2.0; revision 2026-07-28's
+ * self-contained requests, and the handshake revisions 2024-11-05 to 2025-11-25)
+ * over stdio and Streamable HTTP, and an OpenEnv
  * facade (/health, /schema, /reset, /step, /state, the /ws session) on the same
  * HTTP listener.
  *
@@ -10,7 +11,9 @@
  * its episodes (id, workspace, deadlines, the finish result) and a record of
  * each on disk (<root>/episodes/<id>.json), so an episode outlives the client
  * that started it, and a restarted server finds its running episodes again.
- * Supervisors end themselves after the idle TTL.
+ * Supervisors end themselves after the idle TTL. Ended episodes' workspaces and
+ * snapshots go by a cleanup policy (opts.keep_finished, opts.finished_ttl_s);
+ * their records and results stay.
  *
  * Tools (tools/call): list_tasks; start_episode; the eleven agent tools, each
  * with an extra episode_id argument; evaluate (compile, verify or profile,
@@ -37,6 +40,8 @@
 #define SERVER_TTL_DEFAULT_MS (2 * 3600 * 1000)
 #define SERVER_MAX_SESSIONS_DEFAULT 4096
 #define SERVER_DRAIN_DEFAULT_MS (600 * 1000)
+#define SERVER_KEEP_FINISHED_DEFAULT 64
+#define SERVER_FINISHED_TTL_DEFAULT_S (24 * 3600)
 
 enum server_flags {
     /* Refuse every start_episode (parsers, fuzzing, protocol tests): nothing is started. */
@@ -57,7 +62,13 @@ struct server_opts {
     size_t max_body;         /* bytes of one request; 0: CA_LIMIT_REQUEST_BYTES */
     size_t max_output;       /* bytes of one tool result's text; 0: CA_LIMIT_TOOL_OUTPUT */
     int64_t max_sessions;    /* MCP sessions kept (oldest idle dropped); 0: default */
-    const char *token;       /* bearer token HTTP requests must carry; NULL: none */
+    /* The cleanup policy: ended (finished or idle-expired) episodes keep their workspace and
+     * snapshots while among the keep_finished newest and younger than finished_ttl_s; the
+     * record and finish's result always stay. keep_finished: 0 default, < 0 none;
+     * finished_ttl_s: 0 default, < 0 no age limit. */
+    int64_t keep_finished;
+    int64_t finished_ttl_s;
+    const char *token; /* bearer token HTTP requests must carry; NULL: none */
     /* Accept start_episode's inline `code`: the task's code runs in the evaluator's trusted
      * reference process, so only clients trusted with that may send it (stdio's parent, or
      * an operator's explicit --allow-task-code). Otherwise only --tasks' tasks. */
@@ -78,7 +89,9 @@ const struct server_opts *server_opts(const struct server *s);
  * `initialize` request makes a new one (stored in *sess). *reply is a new
  * reference, or NULL when nothing is to be sent back (notifications and
  * responses only). *parse_error tells HTTP to answer 400. Never fails: every
- * problem becomes a JSON-RPC error in the reply.
+ * problem becomes a JSON-RPC error in the reply. A request in the 2026-07-28
+ * envelope is served statelessly; the session's first request that passes
+ * fixes its era (stdio). HTTP's stateless POSTs go to server__rpc_modern.
  */
 void server_rpc(struct server *s, struct server_session **sess, const char *body, size_t len,
                 json_t **reply, bool *parse_error);
@@ -94,7 +107,7 @@ struct server_session *server_session_new(struct server *s);
 struct server_session *server_session_find(struct server *s, const char *id);
 void server_session_release(struct server *s, struct server_session *sess);
 const char *server_session_id(const struct server_session *sess);
-/* The negotiated protocol revision ("" before initialize). */
+/* The negotiated protocol revision ("" before initialize or a 2026-07-28 request). */
 const char *server_session_version(const struct server_session *sess);
 /* End a session (DELETE /mcp); 0 or CA_ENOTFOUND. Its episodes keep running. */
 int server_session_end(struct server *s, const char *id);

@@ -204,8 +204,9 @@ def test_stdio_whole_episode(env):
     params = StdioServerParameters(command=CA, args=serve_args(env, "stdio", "--stdio"), env=env)
 
     async def main():
+        # The default (auto) mode probes server/discover and adopts 2026-07-28.
         async with Client(params, read_timeout_seconds=600) as client:
-            assert client.protocol_version == "2025-11-25"
+            assert client.protocol_version == "2026-07-28"
             return await whole_episode(client, ["compile", "verify"])
 
     fin, recs = asyncio.run(main())
@@ -220,10 +221,26 @@ def test_http_whole_episode(server):
 
     async def main():
         async with Client(server.url + "/mcp", read_timeout_seconds=600) as client:
+            assert client.protocol_version == "2026-07-28"
             return await whole_episode(client, ["compile"])
 
     fin, _ = asyncio.run(main())
     assert fin["reward"] == -1 and fin["best"] is None  # a compile alone is no correct result
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_legacy_handshake_episode(env, server, transport):
+    """A client held to the initialize handshake (mode="legacy") still runs an episode."""
+    target = server.url + "/mcp" if transport == "http" else StdioServerParameters(
+        command=CA, args=serve_args(env, "stdio-legacy", "--stdio"), env=env)
+
+    async def main():
+        async with Client(target, mode="legacy", read_timeout_seconds=600) as client:
+            assert client.protocol_version == "2025-11-25"
+            return await whole_episode(client, [])
+
+    fin, _ = asyncio.run(main())
+    assert fin["reward"] == -1 and fin["evaluations"] == 0
 
 
 def test_http_transport_errors(server):
@@ -239,10 +256,10 @@ def test_http_transport_errors(server):
     assert st == 404
     st, _, body = server.request("POST", "/mcp", "{nope", MCP_H)
     assert st == 400 and body["error"]["code"] == -32700 and body["id"] is None
-    # The 2026-07-28 probe: not served, answered so that clients fall back to initialize.
+    # The 2026-07-28 probe without its envelope and header: the ladder's first rung.
     st, _, body = server.request("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method":
                                                   "server/discover", "params": {}}, MCP_H)
-    assert st == 200 and body["error"]["code"] == -32601
+    assert st == 400 and body["error"]["code"] == -32602 and "_meta" in body["error"]["message"]
     st, h, _ = server.request("GET", "/mcp", None, {"Accept": "text/event-stream"})
     assert st == 405 and "POST" in h["allow"]
     sid = raw_session(server)
@@ -300,6 +317,162 @@ def test_http_transport_errors(server):
     assert st == 404
     st, _, _ = server.request("GET", "/nowhere")
     assert st == 404
+
+
+MODERN = "2026-07-28"
+META = {"io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"}}
+
+
+def modern(method, params=None, id_=1, meta=None):
+    return {"jsonrpc": "2.0", "id": id_, "method": method,
+            "params": {**(params or {}), "_meta": META if meta is None else meta}}
+
+
+def modern_h(method, version=MODERN, name=None):
+    h = {**MCP_H, "MCP-Protocol-Version": version, "Mcp-Method": method}
+    if name is not None:
+        h["Mcp-Name"] = name
+    return h
+
+
+def raw_post(server, body, header_lines):
+    """A POST with header lines as given (http.client's dict would fold duplicates)."""
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    data = json.dumps(body).encode()
+    c.putrequest("POST", "/mcp")
+    for k, v in [*header_lines, ("Content-Length", str(len(data)))]:
+        c.putheader(k, v)
+    c.endheaders(data)
+    r = c.getresponse()
+    out = r.status, json.loads(r.read())
+    c.close()
+    return out
+
+
+def test_http_modern_protocol(server):
+    """2026-07-28 over Streamable HTTP: self-contained requests, no session, the spec's errors
+    for a request whose envelope, headers or revision are wrong."""
+    st, h, body = server.request("POST", "/mcp", modern("server/discover"),
+                                 modern_h("server/discover"))
+    assert st == 200 and "mcp-session-id" not in h
+    res = body["result"]
+    assert res["supportedVersions"] == [MODERN] and res["resultType"] == "complete"
+    assert res["capabilities"]["tools"] == {"listChanged": False}
+    assert res["cacheScope"] == "public" and res["ttlMs"] > 0
+    assert res["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "cuda-agent"
+    st, _, body = server.request("POST", "/mcp", modern("tools/list"), modern_h("tools/list"))
+    assert st == 200 and body["result"]["resultType"] == "complete"
+    assert any(t["name"] == "finish" for t in body["result"]["tools"])
+    call_ = modern("tools/call", {"name": "list_tasks", "arguments": {}})
+    st, _, body = server.request("POST", "/mcp", call_, modern_h("tools/call", name="list_tasks"))
+    assert st == 200 and body["result"]["structuredContent"]["total"] == 1
+    assert body["result"]["resultType"] == "complete"
+    # Mcp-Name in the SDK's base64 sentinel form is the same name.
+    st, _, body = server.request("POST", "/mcp", call_, modern_h(
+        "tools/call", name="=?base64?bGlzdF90YXNrcw==?="))
+    assert st == 200 and "result" in body
+    # A session id has no meaning at 2026-07-28: an unknown one is not looked up.
+    st, _, body = server.request("POST", "/mcp", modern("tools/list"),
+                                 {**modern_h("tools/list"), "Mcp-Session-Id": "0" * 32})
+    assert st == 200 and "result" in body
+
+    def err(st, body, status, code):
+        assert st == status and body["error"]["code"] == code, (st, body)
+        return body["error"]
+
+    # An unknown revision: -32022 naming what is served (the handshake's too, for fallback).
+    e = err(*server.request("POST", "/mcp", modern("server/discover", meta={
+        **META, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}),
+        modern_h("server/discover", "2099-01-01"))[::2], 400, -32022)
+    assert e["data"]["requested"] == "2099-01-01"
+    assert e["data"]["supported"][0] == MODERN and "2025-11-25" in e["data"]["supported"]
+    # Header and body disagree, or the header is missing, or named twice: -32020.
+    err(*server.request("POST", "/mcp", modern("tools/list"),
+                        modern_h("tools/list", "2099-01-01"))[::2], 400, -32020)
+    err(*server.request("POST", "/mcp", modern("tools/list"), MCP_H)[::2], 400, -32020)
+    err(*server.request("POST", "/mcp", modern("tools/list"),
+                        modern_h("tools/call"))[::2], 400, -32020)
+    err(*server.request("POST", "/mcp", call_, modern_h("tools/call", name="Bash"))[::2],
+        400, -32020)
+    err(*server.request("POST", "/mcp", call_, modern_h("tools/call"))[::2], 400, -32020)
+    hl = list(modern_h("tools/list").items())
+    e = err(*raw_post(server, modern("tools/list"), hl + [("MCP-Protocol-Version", MODERN)]),
+            400, -32020)
+    assert "more than once" in e["message"]
+    # A modern request without its envelope, or without one of its two keys: -32602.
+    e = err(*server.request("POST", "/mcp", {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                            modern_h("tools/list"))[::2], 400, -32602)
+    assert "_meta" in e["message"]
+    e = err(*server.request("POST", "/mcp", modern("tools/list", meta={
+        "io.modelcontextprotocol/protocolVersion": MODERN}), modern_h("tools/list"))[::2],
+        400, -32602)
+    assert "clientCapabilities" in e["message"]
+    e = err(*server.request("POST", "/mcp", modern("tools/list", meta={
+        "io.modelcontextprotocol/clientCapabilities": {}}), modern_h("tools/list"))[::2],
+        400, -32602)
+    assert "protocolVersion" in e["message"]
+    # No handshake and no ping at 2026-07-28; unknown methods are 404.
+    e = err(*server.request("POST", "/mcp", modern("initialize", INIT["params"]),
+                            modern_h("initialize"))[::2], 400, -32022)
+    assert "2025-11-25" in e["data"]["supported"]
+    err(*server.request("POST", "/mcp", modern("ping"), modern_h("ping"))[::2], 404, -32601)
+    err(*server.request("POST", "/mcp", modern("no/such"), modern_h("no/such"))[::2], 404, -32601)
+    err(*server.request("POST", "/mcp", [modern("tools/list")], modern_h("tools/list"))[::2],
+        400, -32600)
+    err(*server.request("POST", "/mcp", "{nope", modern_h("tools/list"))[::2], 400, -32700)
+    # Notifications are acknowledged and dropped, at a revision we serve.
+    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+    st, _, _ = server.request("POST", "/mcp", note, modern_h("notifications/cancelled"))
+    assert st == 202
+    err(*server.request("POST", "/mcp", note, modern_h("notifications/cancelled",
+                                                       "2099-01-01"))[::2], 400, -32022)
+    # A handshake session refuses requests in the 2026-07-28 envelope.
+    sid = raw_session(server)
+    err(*server.request("POST", "/mcp", modern("tools/list"), {
+        **MCP_H, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"})[::2], 200, -32600)
+    server.request("DELETE", "/mcp", None, {"Mcp-Session-Id": sid})
+
+
+def test_stdio_modern_protocol(env):
+    """2026-07-28 on stdio: the first request that passes fixes the session's era."""
+    lines = [
+        modern("server/discover", id_=1, meta={**META, "io.modelcontextprotocol/protocolVersion":
+                                               "2099-01-01"}),  # not served: era still open
+        modern("server/discover", id_=2),
+        modern("tools/call", {"name": "list_tasks", "arguments": {}}, id_=3),
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/list"},  # no envelope
+        {**INIT, "id": 5},  # no handshake on a 2026-07-28 session
+        modern("tools/list", id_=6, meta={**META, "io.modelcontextprotocol/protocolVersion":
+                                          "2025-11-25"}),
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}},
+        modern("ping", id_=7),
+        modern("tools/list", id_=8, meta={"io.modelcontextprotocol/clientCapabilities": {}}),
+    ]
+    data = "\n".join(json.dumps(x) for x in lines) + "\n"
+    r = subprocess.run([CA, *serve_args(env, "stdio-modern", "--stdio")], input=data,
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = {m["id"]: m for m in map(json.loads, r.stdout.splitlines())}
+    assert len(out) == 8
+    assert out[1]["error"]["code"] == -32022
+    assert "2025-11-25" in out[1]["error"]["data"]["supported"]
+    assert out[2]["result"]["supportedVersions"] == [MODERN]
+    assert out[3]["result"]["structuredContent"]["total"] == 1
+    assert out[4]["error"]["code"] == -32602 and "_meta" in out[4]["error"]["message"]
+    assert out[5]["error"]["code"] == -32022
+    assert out[5]["error"]["data"] == {"supported": [MODERN], "requested": "2025-11-25"}
+    assert out[6]["error"]["code"] == -32022 and out[6]["error"]["data"]["supported"] == [MODERN]
+    assert out[7]["error"]["code"] == -32601
+    assert out[8]["error"]["code"] == -32602 and "protocolVersion" in out[8]["error"]["message"]
+    # ... and after initialize a request in the envelope is refused.
+    data = "\n".join(json.dumps(x) for x in [INIT, modern("tools/list", id_=2)]) + "\n"
+    r = subprocess.run([CA, *serve_args(env, "stdio-modern", "--stdio")], input=data,
+                       capture_output=True, text=True, env=env, timeout=60)
+    out = {m["id"]: m for m in map(json.loads, r.stdout.splitlines())}
+    assert out[1]["result"]["protocolVersion"] == "2025-11-25"
+    assert out[2]["error"]["code"] == -32600
 
 
 def test_stdio_out_of_order_and_malformed(env):

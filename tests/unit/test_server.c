@@ -120,6 +120,69 @@ TEST(server_rpc_batches_on_2025_03_26)
     server_free(s);
 }
 
+#define ENV(v)                                                                                     \
+    "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"" v                                  \
+    "\",\"io.modelcontextprotocol/clientCapabilities\":{}}"
+
+/* 2026-07-28 over HTTP: the ladder (envelope, headers, revision) and its HTTP statuses. */
+TEST(server_rpc_modern_ladder)
+{
+    struct server *s = new_server();
+    static const struct {
+        const char *body, *version, *method, *name, *dup;
+        int code;
+        unsigned status;
+    } cases[] = {
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" ENV(
+             "2026-07-28") "}}",
+         "2026-07-28", "server/discover", NULL, NULL, 0, 200},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}", "2026-07-28", "tools/list",
+         NULL, NULL, -32602, 400},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{" ENV(
+             "2026-07-28") "}}",
+         NULL, "tools/list", NULL, NULL, -32020, 400},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{" ENV(
+             "2026-07-28") "}}",
+         "2026-07-28", "tools/list", NULL, "Mcp-Method", -32020, 400},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+         "\"list_tasks\"," ENV("2026-07-28") "}}",
+         "2026-07-28", "tools/call", "=?base64?bGlzdF90YXNrcw==?=", NULL, 0, 200},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+         "\"list_tasks\"," ENV("2026-07-28") "}}",
+         "2026-07-28", "tools/call", "=?base64?QmFzaA==?=", NULL, -32020, 400},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{" ENV(
+             "2030-01-01") "}}",
+         "2030-01-01", "tools/list", NULL, NULL, -32022, 400},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{" ENV("2026-07-28") "}}",
+         "2026-07-28", "ping", NULL, NULL, -32601, 404},
+        {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\"}", "2026-07-28", NULL, NULL,
+         NULL, 0, 202},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", "2026-07-28", NULL, NULL, NULL, -32600,
+         400},
+        {"{x", "2026-07-28", NULL, NULL, NULL, -32700, 400},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        struct server__mcp_headers h = {cases[i].version, cases[i].method, cases[i].name,
+                                        cases[i].dup};
+        json_t *r = NULL;
+        unsigned status = 0;
+        server__rpc_modern(s, cases[i].body, strlen(cases[i].body), &h, &r, &status);
+        CHECK_EQ(status, cases[i].status);
+        CHECK_EQ(code_of(r), cases[i].code);
+        if (cases[i].code == -32022) {
+            json_t *sup =
+                json_object_get(json_object_get(json_object_get(r, "error"), "data"), "supported");
+            CHECK_STR(json_string_value(json_array_get(sup, 0)), "2026-07-28");
+        }
+        if (status == 200)
+            CHECK_STR(
+                json_string_value(json_object_get(json_object_get(r, "result"), "resultType")),
+                "complete");
+        json_decref(r);
+    }
+    server_free(s);
+}
+
 TEST(server_websocket_accept_digest)
 {
     /* RFC 6455 section 1.3's example. */
