@@ -39,6 +39,12 @@ GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CFLAGS += -DCA_VERSION='"$(VERSION)"' -DCA_GIT_REV='"$(GIT_REV)"'
 
 LIB_SRC := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
+# ar keeps one member per file name: two library sources of one name would lose one on an
+# incremental rebuild of the archive.
+DUP_SRC := $(shell printf '%s\n' $(notdir $(LIB_SRC)) | sort | uniq -d)
+ifneq ($(DUP_SRC),)
+$(error library sources share a file name ($(DUP_SRC)): rename one)
+endif
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
 GEN_SRC := $(BUILD)/gen/embedded_files.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(GEN_SRC:.c=.o)

@@ -1,7 +1,7 @@
 /*
  * server.c - the server's life cycle, its results, tools/call's dispatch and
  * /metrics. The rest of the server, one idea a file: session.c (MCP
- * sessions), episodes.c (the episode table and the records on disk), tools.c
+ * sessions), episodes.c (the episode table and the records on disk), tool_calls.c
  * (the tool list, argument checks, list_tasks and the agent tools), start.c
  * (start_episode), evaluate.c (evaluate and finish), reclaim.c (the cleanup
  * policy), and the protocol and transports: mcp.c, stdio.c, http.c,

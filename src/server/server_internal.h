@@ -129,7 +129,7 @@ void server__unpin(struct server *s, struct server__episode *e);
 bool server__past_wall(const struct server__episode *e);
 void server__episode_free(struct server__episode *e);
 
-/* The tools (tools.c, start.c, evaluate.c): each returns a CallToolResult (new reference). */
+/* The tools (tool_calls.c, start.c, evaluate.c): each returns a CallToolResult (new reference). */
 json_t *server__build_tool_list(void);
 /* Refuse keys outside `allowed` (NULL-terminated): a result for the model, or NULL. */
 json_t *server__check_keys(const char *tool, const json_t *args, const char *const *allowed);

@@ -1,5 +1,5 @@
 /*
- * tools.c - the tools as tools/list describes them, the argument checks every
+ * tool_calls.c - the tools as tools/list describes them, the argument checks every
  * tool shares, list_tasks, and the agent tools (relayed to the episode's
  * supervisor with the episode_id argument removed, their text cut to
  * --max-output).
