@@ -154,7 +154,11 @@ def _chain(ops, entries, depth, rng, allow_stochastic):
         pool = [n for n in pool if not entries[n].get("single")]
     if not pool:
         return None
-    first = rng.choice(pool)
+    # An integer output (argmax) ends a chain: such an operator can only come last.
+    starters = [n for n in pool if depth == 1 or not entries[n].get("integer")]
+    if not starters:
+        return None
+    first = rng.choice(starters)
     rank = rng.choice(entries[first]["ranks"])
     shape = _first_shape(rank, rng)
     steps, cur = [], shape
@@ -164,7 +168,7 @@ def _chain(ops, entries, depth, rng, allow_stochastic):
         rng.shuffle(cands)
         for name in cands:
             e = entries[name]
-            if len(cur) not in e["ranks"]:
+            if len(cur) not in e["ranks"] or (e.get("integer") and i < depth - 1):
                 continue
             init = _fill_init(e, cur, rng)
             if init is None:
@@ -177,8 +181,6 @@ def _chain(ops, entries, depth, rng, allow_stochastic):
             break
         else:
             return None
-        if entries[steps[-1][0]].get("integer"):
-            break
     return shape, steps
 
 

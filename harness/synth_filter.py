@@ -44,8 +44,9 @@ class Reject(Exception):
 
 
 def static_check(code):
-    """The parsed tree; Reject when the task lacks a piece or uses a stochastic operator
-    outside get_inputs (where random inputs belong)."""
+    """The parsed tree; Reject when the task lacks a piece or uses a stochastic operator:
+    anywhere in forward and module-level code, as a module class in __init__ (random
+    parameter initialisation is fine); get_inputs and get_init_inputs are not scanned."""
     try:
         tree = ast.parse(code)
     except SyntaxError as e:
@@ -54,14 +55,24 @@ def static_check(code):
     for need in ("Model", "get_inputs", "get_init_inputs"):
         if need not in top:
             raise Reject("static", f"no top-level {need}")
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "get_inputs":
-            continue
+    def scan(node, modules_only):
         for sub in ast.walk(node):
             name = sub.attr if isinstance(sub, ast.Attribute) else (
                 sub.id if isinstance(sub, ast.Name) else None)
-            if name in STOCHASTIC:
+            if name in STOCHASTIC and (not modules_only or name[:1].isupper()):
                 raise Reject("static", f"stochastic operator {name} (line {sub.lineno})")
+
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in ("get_inputs", "get_init_inputs"):
+            continue  # random inputs belong there
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                # Random parameter initialisation in __init__ is seeded and fine; a stochastic
+                # module built there (nn.Dropout) is not.
+                init = isinstance(item, ast.FunctionDef) and item.name == "__init__"
+                scan(item, init)
+            continue
+        scan(node, False)
     return tree
 
 
