@@ -155,8 +155,11 @@ out:
     return rc;
 }
 
-/* Check --ops against the catalog file's operators: a clear error naming the unknown one. */
-static int check_catalog(const char *path, const char *ops, json_t **ops_out, struct ca_err *err)
+/* Check --ops against the catalog file's operators (a clear error naming the unknown one);
+ * fp receives a hash of the operators' entries (jansson, sorted keys: the same file gives the
+ * same value on every machine), which the stream is made of. */
+static int check_catalog(const char *path, const char *ops, json_t **ops_out, char *fp,
+                         struct ca_err *err)
 {
     struct buf text;
     buf_init(&text, SYNTH_LIMIT_CATALOG);
@@ -172,6 +175,9 @@ static int check_catalog(const char *path, const char *ops, json_t **ops_out, st
         json_decref(cat);
         return err_setf(err, CA_EPARSE, "%s: not a synth catalog (no \"ops\" object)", path);
     }
+    char *canon = json_dumps(known, JSON_SORT_KEYS | JSON_COMPACT);
+    hash64_hex(hash64(canon, strlen(canon)), fp);
+    free(canon);
     *ops_out = json_null();
     if (ops) {
         json_t *list = json_array();
@@ -251,9 +257,8 @@ static void worker_stop(struct worker *w)
     buf_reset(&w->in);
 }
 
-/* Start a worker, send the configuration, wait for its ready line; *ready gets it (caller frees).
- */
-static int worker_start(struct run *r, struct worker *w, json_t **ready, struct ca_err *err)
+/* Start a worker and send it the configuration; its ready line is read by worker_ready. */
+static int worker_spawn(struct run *r, struct worker *w, struct ca_err *err)
 {
     const char *argv[] = {eval_python(), r->script, "serve", NULL};
     struct proc_opts po = {.argv = argv};
@@ -266,7 +271,14 @@ static int worker_start(struct run *r, struct worker *w, json_t **ready, struct 
                         "to a python3 with PyTorch): %s",
                         argv[0], err->msg);
     if ((rc = write_line(w->child.in_fd, r->config_line, err)))
-        goto fail;
+        worker_stop(w);
+    return rc;
+}
+
+/* Wait for a spawned worker's ready line; *ready gets it (caller frees). */
+static int worker_ready(struct run *r, struct worker *w, json_t **ready, struct ca_err *err)
+{
+    int rc = 0;
     int64_t deadline = ca_now_us() + (int64_t)READY_TIMEOUT_MS * 1000;
     char *line = NULL;
     while (!(line = pop_line(w))) {
@@ -308,6 +320,12 @@ static int worker_start(struct run *r, struct worker *w, json_t **ready, struct 
 fail:
     worker_stop(w);
     return rc;
+}
+
+static int worker_start(struct run *r, struct worker *w, json_t **ready, struct ca_err *err)
+{
+    int rc = worker_spawn(r, w, err);
+    return rc ? rc : worker_ready(r, w, ready, err);
 }
 
 /* The next seed of the range that the store does not hold, or -1. */
@@ -548,8 +566,49 @@ int synth_run(const struct synth_opts *o, struct synth_stats *st, struct ca_err 
     }
     if (rc)
         goto out;
-    if ((rc = check_catalog(catalog.data, o->ops, &ops, err)))
+    char fp[HASH64_HEX_LEN + 1];
+    if ((rc = check_catalog(catalog.data, o->ops, &ops, fp, err)))
         goto out;
+    /* The stream: what decides the composition of a seed. */
+    char *ops_text = json_dumps(ops, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *comp =
+        xstrfmt("%s|%s|%d", o->depths ? o->depths : "default", ops_text, o->allow_stochastic);
+    free(ops_text);
+    char hex[HASH64_HEX_LEN + 1];
+    hash64_hex(hash64(comp, strlen(comp)), hex);
+    free(comp);
+    snprintf(r.stream, sizeof(r.stream), "%s-%.8s", fp, hex);
+    char *corpus = o->corpus ? realpath(o->corpus, NULL) : NULL;
+    settings = json_pack("{s:f, s:f, s:f, s:s, s:o}", "min_ms", o->min_ms, "max_ms", o->max_ms,
+                         "max_similarity", o->max_similarity, "compile_backend", o->compile_backend,
+                         "corpus", corpus ? json_string(corpus) : json_null());
+    free(corpus);
+    /* Plan before any worker starts (torch takes seconds to import): an existing store is
+     * checked against the settings and tells which seeds are left. */
+    int64_t have_accepted = 0;
+    st->planned = o->seed_hi - o->seed_lo + 1;
+    struct synth_store *s0 = NULL;
+    struct ca_err e0 = {0};
+    rc = synth__store_open(o->out_dir, NULL, &s0, &e0);
+    if (rc == 0) {
+        synth__store_free(s0);
+        if ((rc = synth__store_open(o->out_dir, settings, &s0, err)))
+            goto out;
+        st->planned = 0;
+        for (int64_t s = o->seed_lo; s <= o->seed_hi; s++)
+            st->planned += !synth__store_has(s0, r.stream, s);
+        have_accepted = synth__store_count(s0, true);
+        synth__store_free(s0);
+    } else if (rc != CA_ENOTFOUND) {
+        *err = e0;
+        goto out;
+    }
+    rc = 0;
+    if (st->planned == 0 || (o->want > 0 && have_accepted >= o->want)) {
+        if ((rc = synth__store_open(o->out_dir, settings, &r.store, err)))
+            goto out;
+        goto out;
+    }
     if ((rc = harness_script(&script, err)))
         goto out;
     r.script = script.data;
@@ -560,52 +619,38 @@ int synth_run(const struct synth_opts *o, struct synth_stats *st, struct ca_err 
         rc = err_setf(err, -errno, "%s: %s", logpath.data, strerror(errno));
         goto out;
     }
-    char *corpus = o->corpus ? realpath(o->corpus, NULL) : NULL;
-    cfg = json_pack("{s:s, s:s, s:s, s:f, s:f, s:f, s:o, s:s?, s:O, s:b, s:i}", "catalog",
+    cfg = json_pack("{s:s, s:s, s:s, s:f, s:f, s:f, s:O, s:s?, s:O, s:b, s:i}", "catalog",
                     catalog.data, "device", o->device, "compile_backend", o->compile_backend,
                     "min_ms", o->min_ms, "max_ms", o->max_ms, "max_similarity", o->max_similarity,
-                    "corpus", corpus ? json_string(corpus) : json_null(), "depths", o->depths,
-                    "ops", ops, "allow_stochastic", o->allow_stochastic, "threads", o->threads);
-    free(corpus);
+                    "corpus", json_object_get(settings, "corpus"), "depths", o->depths, "ops", ops,
+                    "allow_stochastic", o->allow_stochastic, "threads", o->threads);
     r.config_line = json_dumps(cfg, JSON_COMPACT);
-    r.nw = o->jobs;
-    r.w = xcalloc((size_t)r.nw, sizeof(*r.w));
-    for (int i = 0; i < r.nw; i++) {
+    /* More workers than seeds to do would only cost start-up time. */
+    r.nw = st->planned < o->jobs ? (int)st->planned : o->jobs;
+    r.w = xcalloc((size_t)o->jobs, sizeof(*r.w));
+    for (int i = 0; i < o->jobs; i++) {
         r.w[i].child.pid = -1;
         r.w[i].seed = -1;
         buf_init(&r.w[i].in, SYNTH_LIMIT_ANSWER);
     }
-    if ((rc = worker_start(&r, &r.w[0], &ready, err)))
+    /* Spawn them all, then wait: they import torch side by side. */
+    for (int i = 0; i < r.nw && rc == 0; i++)
+        rc = worker_spawn(&r, &r.w[i], err);
+    for (int i = 0; i < r.nw && rc == 0; i++) {
+        json_t *rd = NULL;
+        rc = worker_ready(&r, &r.w[i], &rd, err);
+        if (rc == 0 && !ready)
+            ready = rd;
+        else
+            json_decref(rd);
+    }
+    if (rc)
         goto out;
-    const char *fp = json_string_value(json_object_get(ready, "fingerprint"));
+    /* The device the workers resolved ("auto") is a filter setting too. */
     const char *device = json_string_value(json_object_get(ready, "device"));
-    /* The stream: what decides the composition of a seed. */
-    char *ops_text = json_dumps(ops, JSON_ENCODE_ANY | JSON_COMPACT);
-    char *comp = xstrfmt("%s|%s|%s|%d", fp ? fp : "?", o->depths ? o->depths : "default", ops_text,
-                         o->allow_stochastic);
-    free(ops_text);
-    char hex[HASH64_HEX_LEN + 1];
-    hash64_hex(hash64(comp, strlen(comp)), hex);
-    free(comp);
-    snprintf(r.stream, sizeof(r.stream), "%s-%.8s", fp ? fp : "nofp", hex);
-    settings =
-        json_pack("{s:f, s:f, s:f, s:s, s:s, s:O}", "min_ms", o->min_ms, "max_ms", o->max_ms,
-                  "max_similarity", o->max_similarity, "compile_backend", o->compile_backend,
-                  "device", device ? device : o->device, "corpus", json_object_get(cfg, "corpus"));
+    json_object_set_new(settings, "device", json_string(device ? device : o->device));
     if ((rc = synth__store_open(o->out_dir, settings, &r.store, err)))
         goto out;
-    for (int64_t s = o->seed_lo; s <= o->seed_hi; s++)
-        st->planned += !synth__store_has(r.store, r.stream, s);
-    /* More workers than seeds to do would only cost start-up time. */
-    int want_workers = st->planned < r.nw ? (int)(st->planned > 0 ? st->planned : 1) : r.nw;
-    for (int i = 1; i < want_workers; i++) {
-        json_t *rd = NULL;
-        rc = worker_start(&r, &r.w[i], &rd, err);
-        json_decref(rd);
-        if (rc)
-            goto out;
-    }
-    r.nw = want_workers;
     rc = loop(&r, err);
     if (o->progress)
         fputc('\n', stderr);
