@@ -225,8 +225,9 @@ def run_filters(code, cfg, corpus):
                for a, b in zip(out1, out2)):
             raise Reject("informative", "outputs indistinguishable across input sets")
         F["informative"] = {"ok": True}
+        budget = cfg.get("timing_ms", 300) / 1e3
         with torch.no_grad():
-            eager = _time_ms(lambda: model(*x1), device)
+            eager = _time_ms(lambda: model(*x1), device, budget)
         res["eager_ms"] = round(eager, 4)
         lo, hi = cfg.get("min_ms", 1.0), cfg.get("max_ms", 100.0)
         F["runtime"] = {"ok": lo <= eager <= hi, "eager_ms": res["eager_ms"]}
@@ -239,7 +240,7 @@ def run_filters(code, cfg, corpus):
             cmodel = torch.compile(model, backend=cfg.get("compile_backend", "inductor"))
             with torch.no_grad():
                 cout = _outputs(cmodel(*x1))
-                ctime = _time_ms(lambda: cmodel(*x1), device)
+                ctime = _time_ms(lambda: cmodel(*x1), device, budget)
         except Exception as e:
             raise Reject("compile", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}") from None
         if len(cout) != len(out1) or not all(

@@ -59,7 +59,7 @@ static int synth_run_cmd(int argc, char **argv)
     struct synth_opts o;
     synth_opts_init(&o);
     const char *seeds = NULL, *min_ms = NULL, *max_ms = NULL, *max_sim = NULL;
-    int64_t jobs = 1, threads = 1, timeout_s = 120, want = 0;
+    int64_t jobs = 1, threads = 1, timeout_s = 120, want = 0, timing_ms = 300;
     bool no_parquet = false, as_json = false;
     const struct cli_opt opts[] = {
         {"out", 'o', CLI_OPT_STRING, &o.out_dir, "DIR",
@@ -88,6 +88,8 @@ static int synth_run_cmd(int argc, char **argv)
         {"threads", 0, CLI_OPT_INT, &threads, "N", "torch threads per worker (default 1)", 1, 256},
         {"timeout", 0, CLI_OPT_INT, &timeout_s, "S",
          "seconds one task may take before it is rejected (default 120)", 1, 86400},
+        {"timing-ms", 0, CLI_OPT_INT, &timing_ms, "MS",
+         "time spent timing each of eager and compiled per task (default 300)", 1, 60000},
         {"no-parquet", 0, CLI_OPT_FLAG, &no_parquet, NULL, "write tasks.jsonl only"},
         {"json", 0, CLI_OPT_FLAG, &as_json, NULL, "print the run's counts as JSON"},
         {0},
@@ -125,6 +127,7 @@ static int synth_run_cmd(int argc, char **argv)
     o.jobs = (int)jobs;
     o.threads = (int)threads;
     o.timeout_ms = timeout_s * 1000;
+    o.timing_ms = timing_ms;
     o.want = want;
     o.parquet = !no_parquet;
     o.progress = !as_json && isatty(STDERR_FILENO);

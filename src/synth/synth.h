@@ -56,6 +56,7 @@ struct synth_opts {
     bool allow_stochastic;
     bool parquet;                /* also write tasks.parquet (needs pyarrow) */
     int64_t timeout_ms;          /* per task */
+    int64_t timing_ms;           /* wall time spent timing eager, and again compiled, per task */
     bool progress;               /* a progress line on stderr */
     volatile sig_atomic_t *stop; /* set by a signal handler: stop dispatching, keep the rest */
 };

@@ -53,6 +53,7 @@ void synth_opts_init(struct synth_opts *o)
     o->max_ms = 100.0;
     o->max_similarity = 0.9;
     o->timeout_ms = 120 * 1000;
+    o->timing_ms = 300;
     o->parquet = true;
 }
 
@@ -619,11 +620,12 @@ int synth_run(const struct synth_opts *o, struct synth_stats *st, struct ca_err 
         rc = err_setf(err, -errno, "%s: %s", logpath.data, strerror(errno));
         goto out;
     }
-    cfg = json_pack("{s:s, s:s, s:s, s:f, s:f, s:f, s:O, s:s?, s:O, s:b, s:i}", "catalog",
+    cfg = json_pack("{s:s, s:s, s:s, s:f, s:f, s:f, s:O, s:s?, s:O, s:b, s:i, s:I}", "catalog",
                     catalog.data, "device", o->device, "compile_backend", o->compile_backend,
                     "min_ms", o->min_ms, "max_ms", o->max_ms, "max_similarity", o->max_similarity,
                     "corpus", json_object_get(settings, "corpus"), "depths", o->depths, "ops", ops,
-                    "allow_stochastic", o->allow_stochastic, "threads", o->threads);
+                    "allow_stochastic", o->allow_stochastic, "threads", o->threads, "timing_ms",
+                    (json_int_t)o->timing_ms);
     r.config_line = json_dumps(cfg, JSON_COMPACT);
     /* More workers than seeds to do would only cost start-up time. */
     r.nw = st->planned < o->jobs ? (int)st->planned : o->jobs;
