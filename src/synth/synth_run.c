@@ -662,6 +662,7 @@ out:
         buf_release(&r.w[i].in);
     }
     free(r.w);
+    bool have_store = r.store != NULL;
     if (r.store)
         st->total_accepted = synth__store_count(r.store, true);
     synth__store_free(r.store);
@@ -669,7 +670,7 @@ out:
         st->interrupted = true;
         rc = 0;
     }
-    if (rc == 0) {
+    if (rc == 0 && have_store) { /* none when stopped before the workers were up */
         int64_t n;
         rc = synth_export(o->out_dir, o->parquet, &n, err);
     }
