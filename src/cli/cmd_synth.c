@@ -115,6 +115,7 @@ static int synth_run_cmd(int argc, char **argv)
     int rc = cli_parse(&spec, argc, argv, &args, &nargs);
     if (rc)
         return rc < 0 ? CLI_OK : rc;
+    free(args); /* no positionals */
     if (!o.out_dir)
         return cli_usage_error("synth run", "give an output folder with --out DIR");
     if (seeds && parse_seeds(seeds, &o.seed_lo, &o.seed_hi))
@@ -194,6 +195,7 @@ static int synth_catalog_cmd(int argc, char **argv)
     int rc = cli_parse(&spec, argc, argv, &args, &nargs);
     if (rc)
         return rc < 0 ? CLI_OK : rc;
+    free(args); /* no positionals */
     struct ca_err err = {0};
     char *tmp = NULL;
     if (!out) {
@@ -240,10 +242,12 @@ static int synth_report_cmd(int argc, char **argv)
     int rc = cli_parse(&spec, argc, argv, &args, &nargs);
     if (rc)
         return rc < 0 ? CLI_OK : rc;
+    const char *dir = args[0];
+    free(args);
     struct buf b;
     buf_init(&b, BUF_MAX_INTERNAL);
     struct ca_err err = {0};
-    rc = synth_report(args[0], html, &b, &err);
+    rc = synth_report(dir, html, &b, &err);
     if (rc == 0)
         fwrite(b.data, 1, b.len, stdout);
     buf_release(&b);
@@ -269,11 +273,13 @@ static int synth_export_cmd(int argc, char **argv)
     int rc = cli_parse(&spec, argc, argv, &args, &nargs);
     if (rc)
         return rc < 0 ? CLI_OK : rc;
+    const char *dir = args[0];
+    free(args);
     struct ca_err err = {0};
     int64_t n;
-    if (synth_export(args[0], !no_parquet, &n, &err))
+    if (synth_export(dir, !no_parquet, &n, &err))
         return cli_fail(&err);
-    printf("%lld task(s) in %s/tasks.jsonl\n", (long long)n, args[0]);
+    printf("%lld task(s) in %s/tasks.jsonl\n", (long long)n, dir);
     return CLI_OK;
 }
 

@@ -194,7 +194,7 @@ static int check_catalog(const char *path, const char *ops, json_t **ops_out, ch
             if (!json_object_get(known, name)) {
                 rc = err_setf(err, CA_ENOTFOUND,
                               "unknown operator \"%s\": not in the catalog %s (cuda-agent synth "
-                              "catalog --list shows them)",
+                              "catalog prints them)",
                               name, path);
                 free(name);
                 json_decref(list);
