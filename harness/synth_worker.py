@@ -5,8 +5,10 @@
   synth_worker.py serve
       JSON lines on stdin/stdout. The first line is the configuration; the worker answers
       {"ready": true, "fingerprint", "device", "torch"} or {"error": ...} and exits 3. Then one
-      request per line, {"seed": N} (or {"seed": N, "code": ..., "ops": [...]} for a task written
-      elsewhere, e.g. by an LLM), one answer per line: the composed task and its filter results.
+      request per line, one answer per line: {"seed": N} composes and filters (the task and its
+      filter results); {"seed": N, "draft": true} only composes ({"seed", "draft", "ops",
+      "depth"}); {"seed": N, "code", "ops", "depth"} filters a task written elsewhere (by an
+      LLM in LLM mode).
 
 The protocol owns the real stdout: fd 1 is pointed at stderr as soon as the worker starts, so a
 print() in a task (or a warning from torch) cannot corrupt an answer. Exit codes: 2 bad usage or
@@ -43,8 +45,17 @@ def _device(want):
 def handle(req, cfg, catalog, corpus):
     seed = req["seed"]
     target = math.sqrt(cfg["min_ms"] * cfg["max_ms"])
+    if req.get("draft"):
+        # LLM mode, step 1: the composition only, for the model to rewrite (no filters).
+        try:
+            t = synth_compose.compose(catalog, seed, cfg.get("depths"), target, cfg["device"],
+                                      1.0, cfg.get("allow_stochastic", False), cfg.get("ops"))
+        except ValueError as e:
+            return {"seed": seed, "ok": False, "reason": f"compose: {e}", "filters": {}}
+        return {"seed": seed, "draft": t["code"], "ops": t["ops"], "depth": t["depth"]}
     if "code" in req:
-        task = {"code": req["code"], "ops": req.get("ops", []), "depth": len(req.get("ops", [])),
+        ops = req.get("ops", [])
+        task = {"code": req["code"], "ops": ops, "depth": req.get("depth", len(ops)) or 1,
                 "seed": seed}
     else:
         try:

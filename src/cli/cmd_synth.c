@@ -88,6 +88,11 @@ static int synth_run_cmd(int argc, char **argv)
         {"threads", 0, CLI_OPT_INT, &threads, "N", "torch threads per worker (default 1)", 1, 256},
         {"timeout", 0, CLI_OPT_INT, &timeout_s, "S",
          "seconds one task may take before it is rejected (default 120)", 1, 86400},
+        {"llm-model", 0, CLI_OPT_STRING, &o.llm_model, "NAME",
+         "LLM mode: a model rewrites each composition (OpenAI-compatible; API key from "
+         "CUDA_AGENT_API_KEY or OPENAI_API_KEY)"},
+        {"llm-base-url", 0, CLI_OPT_STRING, &o.llm_base_url, "URL",
+         "the model server (default CUDA_AGENT_BASE_URL or OPENAI_BASE_URL)"},
         {"timing-ms", 0, CLI_OPT_INT, &timing_ms, "MS",
          "time spent timing each of eager and compiled per task (default 300)", 1, 60000},
         {"no-parquet", 0, CLI_OPT_FLAG, &no_parquet, NULL, "write tasks.jsonl only"},

@@ -54,10 +54,13 @@ struct synth_opts {
     const char *ops;    /* comma-separated subset of the catalog; NULL: all */
     const char *corpus; /* decontamination tree; NULL: none */
     bool allow_stochastic;
-    bool parquet;                /* also write tasks.parquet (needs pyarrow) */
-    int64_t timeout_ms;          /* per task */
-    int64_t timing_ms;           /* wall time spent timing eager, and again compiled, per task */
-    bool progress;               /* a progress line on stderr */
+    bool parquet;       /* also write tasks.parquet (needs pyarrow) */
+    int64_t timeout_ms; /* per task */
+    int64_t timing_ms;  /* wall time spent timing eager, and again compiled, per task */
+    bool progress;      /* a progress line on stderr */
+    /* LLM mode: each seed's composition is rewritten by this model (OpenAI-compatible;
+     * base URL and API key from llm_base_url or the environment, see src/llm/llm.h). */
+    const char *llm_model, *llm_base_url;
     volatile sig_atomic_t *stop; /* set by a signal handler: stop dispatching, keep the rest */
 };
 

@@ -45,4 +45,14 @@ int synth__store_each(struct synth_store *s, bool accepted_only,
  * component to 48 bytes (as src/task names unnamed rows); "task" for none. */
 void synth__name_from_ops(const json_t *ops, char *out, size_t n);
 
+/* ---- LLM mode (synth_llm.c) ---- */
+struct llm_client;
+/* The first ```python (or ```) block of a reply, else all of it (heap). */
+char *synth__extract_code(const char *text);
+/* The operators src/task derives from code, as a JSON array (owned). */
+json_t *synth__ops_of(const char *code);
+/* Ask the model to write a task from the composer's draft; *code gets it (heap). */
+int synth__llm_rewrite(struct llm_client *c, const char *draft, const json_t *ops, int64_t seq,
+                       char **code, struct ca_err *err) WARN_UNUSED_RESULT;
+
 #endif

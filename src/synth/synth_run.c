@@ -31,6 +31,7 @@
 #include "core/sv.h"
 #include "core/util.h"
 #include "eval/eval.h"
+#include "llm/llm.h"
 #include "synth/synth_internal.h"
 #include "core/banned.h"
 
@@ -62,6 +63,7 @@ struct worker {
     struct buf in; /* bytes read, not yet a whole line */
     int64_t seed;  /* in flight; -1: idle */
     int64_t deadline_us;
+    bool drafting; /* LLM mode: the request in flight asks for the draft */
 };
 
 struct run {
@@ -74,6 +76,7 @@ struct run {
     int log_fd;
     int64_t next_seed;
     struct synth_stats *st;
+    struct llm_client *llm; /* LLM mode */
 };
 
 static int harness_script(struct buf *script, struct ca_err *err)
@@ -389,10 +392,48 @@ static int dispatch(struct run *r, struct worker *w, struct ca_err *err)
     if (seed < 0)
         return 0;
     char line[64];
-    snprintf(line, sizeof(line), "{\"seed\": %lld}", (long long)seed);
+    snprintf(line, sizeof(line), "{\"seed\": %lld%s}", (long long)seed,
+             r->llm ? ", \"draft\": true" : "");
+    w->drafting = r->llm != NULL;
     w->seed = seed;
     w->deadline_us = ca_now_us() + r->o->timeout_ms * 1000;
     int rc = write_line(w->child.in_fd, line, err);
+    if (rc)
+        return replace_worker(r, w, "crash: the worker closed its input", err);
+    return 0;
+}
+
+/* LLM mode: the draft of w's seed arrived; ask the model, then have w filter its code. The
+ * call blocks the loop, so every other task's deadline moves by the time it took. */
+static int llm_step(struct run *r, struct worker *w, const json_t *a, struct ca_err *err)
+{
+    int64_t t0 = ca_now_us();
+    char *code = NULL;
+    struct ca_err lerr = {0};
+    int rc = synth__llm_rewrite(r->llm, json_string_value(json_object_get(a, "draft")),
+                                json_object_get(a, "ops"), w->seed, &code, &lerr);
+    int64_t spent = ca_now_us() - t0;
+    for (int i = 0; i < r->nw; i++)
+        if (&r->w[i] != w && r->w[i].seed >= 0)
+            r->w[i].deadline_us += spent;
+    w->drafting = false;
+    if (rc) {
+        char *why = xstrfmt("llm: %s", lerr.msg);
+        int64_t seed = w->seed;
+        w->seed = -1;
+        rc = record_failure(r, seed, why, err);
+        free(why);
+        return rc;
+    }
+    json_t *ops = synth__ops_of(code);
+    json_t *req = json_pack("{s:I, s:s, s:o, s:I}", "seed", (json_int_t)w->seed, "code", code,
+                            "ops", ops, "depth", (json_int_t)json_array_size(ops));
+    free(code);
+    char *line = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    w->deadline_us = ca_now_us() + r->o->timeout_ms * 1000;
+    rc = write_line(w->child.in_fd, line, err);
+    free(line);
     if (rc)
         return replace_worker(r, w, "crash: the worker closed its input", err);
     return 0;
@@ -408,6 +449,11 @@ static int on_answer(struct run *r, struct worker *w, char *line, struct ca_err 
         json_decref(a);
         r->st->crashes++;
         return replace_worker(r, w, "crash: the worker wrote something that is not an answer", err);
+    }
+    if (w->drafting && json_is_string(json_object_get(a, "draft"))) {
+        rc = llm_step(r, w, a, err);
+        json_decref(a);
+        return rc;
     }
     rc = record(r, a, err);
     json_decref(a);
@@ -572,8 +618,8 @@ int synth_run(const struct synth_opts *o, struct synth_stats *st, struct ca_err 
         goto out;
     /* The stream: what decides the composition of a seed. */
     char *ops_text = json_dumps(ops, JSON_ENCODE_ANY | JSON_COMPACT);
-    char *comp =
-        xstrfmt("%s|%s|%d", o->depths ? o->depths : "default", ops_text, o->allow_stochastic);
+    char *comp = xstrfmt("%s|%s|%d|%s", o->depths ? o->depths : "default", ops_text,
+                         o->allow_stochastic, o->llm_model ? o->llm_model : "");
     free(ops_text);
     char hex[HASH64_HEX_LEN + 1];
     hash64_hex(hash64(comp, strlen(comp)), hex);
@@ -627,6 +673,23 @@ int synth_run(const struct synth_opts *o, struct synth_stats *st, struct ca_err 
                     "allow_stochastic", o->allow_stochastic, "threads", o->threads, "timing_ms",
                     (json_int_t)o->timing_ms);
     r.config_line = json_dumps(cfg, JSON_COMPACT);
+    if (o->llm_model) {
+        struct llm_opts lo;
+        llm_opts_init(&lo);
+        lo.model = o->llm_model;
+        lo.base_url = o->llm_base_url;
+        lo.temperature = 0.7;
+        lo.cancel = o->stop;
+        llm_opts_from_env(&lo);
+        if (!lo.base_url) {
+            rc = err_setf(err, CA_EUSAGE,
+                          "--llm-model needs a server: --llm-base-url URL or "
+                          "CUDA_AGENT_BASE_URL / OPENAI_BASE_URL");
+            goto out;
+        }
+        if ((rc = llm_client_new(&lo, &r.llm, err)))
+            goto out;
+    }
     /* More workers than seeds to do would only cost start-up time. */
     r.nw = st->planned < o->jobs ? (int)st->planned : o->jobs;
     r.w = xcalloc((size_t)o->jobs, sizeof(*r.w));
@@ -662,6 +725,7 @@ out:
         buf_release(&r.w[i].in);
     }
     free(r.w);
+    llm_client_free(r.llm);
     bool have_store = r.store != NULL;
     if (r.store)
         st->total_accepted = synth__store_count(r.store, true);

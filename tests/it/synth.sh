@@ -160,6 +160,57 @@ a, b = codes("a"), codes("b")
 sys.exit(not (a == b and len(a) == 3))
 EOF
 
+# -- LLM mode against the scripted server: the model's reply is filtered like a composition;
+# a reply that is not a task is rejected with its reason, the same code twice is a duplicate
+. "$CA_REPO/tests/it/fake_llm.bash"
+"$PY" - <<'EOF' >llm.json
+import json
+code = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return F.gelu(self.linear(x)) * 0.5
+
+
+batch_size = 64
+in_features = 256
+out_features = 512
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+
+def get_init_inputs():
+    return [in_features, out_features]
+"""
+print(json.dumps([{"content": "I cannot write that."},
+                  {"content": "Here it is:\n```python\n" + code + "```\n", "repeat": True}]))
+EOF
+serve llm
+run "$CA" synth run --out l "${COMMON[@]}" --seeds 0-2 --llm-model fake-model --llm-base-url "$URL" --json
+expect "LLM mode: 3 done, 1 duplicate" 0 '"duplicates": 1'
+assert "LLM mode: 1 accepted" grep -q '"accepted": 1,' "$OUT"
+assert "LLM mode: each request carried the composer's draft" test "$(py "$LOG" 'sum("Operators, in this order" in json.dumps(x["body"]) and x["body"]["model"] == "fake-model" for x in L)')" = 3
+assert "LLM mode: the rejected reply keeps its reason, ops come from the code" "$PY" - <<'EOF'
+import json, sqlite3
+db = sqlite3.connect("l/synth.db")
+rows = {s: (st, f) for s, st, f in db.execute("SELECT seed, status, filter FROM candidates")}
+assert rows[0] == ("rejected", "static"), rows
+assert rows[1][0] == "accepted" and rows[2] == ("rejected", "duplicate"), rows
+row = json.loads(open("l/tasks.jsonl").readline())
+assert row["ops"] == ["nn.Linear", "F.gelu"], row["ops"]
+assert row["data_source"] == "torch#2" and "F.gelu(self.linear(x))" in row["code"]
+EOF
+stop_server
+
 # -- the HTML report in headless Chromium
 "$PY" "$CA_REPO/tests/it/synth_html.py" a/report.html "$acc" "$PWD/a.png" >"$OUT" 2>"$ERR"
 case $? in
