@@ -25,6 +25,8 @@ static const char *const FILTERS[] = {"compose", "static",        "similarity",
 static const double RT_EDGES[] = {1, 2, 5, 10, 20, 50, 100};
 #define NRT (sizeof(RT_EDGES) / sizeof(RT_EDGES[0]) + 1)
 #define MAX_OPS_SHOWN 60
+#define MAX_REASONS_SHOWN 20
+#define REASON_MAX 160
 
 struct op_count {
     char *name;
@@ -39,22 +41,48 @@ struct stats {
     bool similarity_ran;
     struct op_count *ops;
     size_t nops, ops_cap;
+    struct op_count *reasons; /* rejection reasons with numbers replaced by N */
+    size_t nreasons, reasons_cap;
     double eager_sum, compile_sum;
     int64_t ntimed;
 };
 
-static void count_op(struct stats *s, const char *name)
+static void count_in(struct op_count **v, size_t *n, size_t *cap, const char *name)
 {
-    for (size_t i = 0; i < s->nops; i++)
-        if (strcmp(s->ops[i].name, name) == 0) {
-            s->ops[i].n++;
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp((*v)[i].name, name) == 0) {
+            (*v)[i].n++;
             return;
         }
-    if (s->nops == s->ops_cap) {
-        s->ops_cap = ca__grow_cap(s->ops_cap, s->nops + 1, sizeof(*s->ops));
-        s->ops = xreallocarray(s->ops, s->ops_cap, sizeof(*s->ops));
+    if (*n == *cap) {
+        *cap = ca__grow_cap(*cap, *n + 1, sizeof(**v));
+        *v = xreallocarray(*v, *cap, sizeof(**v));
     }
-    s->ops[s->nops++] = (struct op_count){xstrdup(name), 1};
+    (*v)[(*n)++] = (struct op_count){xstrdup(name), 1};
+}
+
+static void count_op(struct stats *s, const char *name)
+{
+    count_in(&s->ops, &s->nops, &s->ops_cap, name);
+}
+
+/* "runtime: too slow: eager 209.790 ms > 100.0 ms" -> "runtime: too slow: eager N ms > N ms",
+ * cut to REASON_MAX bytes, so that reasons group. */
+static void count_reason(struct stats *s, const char *reason)
+{
+    char norm[REASON_MAX + 1];
+    size_t n = 0;
+    for (const char *p = reason; *p && n < REASON_MAX; p++) {
+        if (*p >= '0' && *p <= '9') {
+            while ((p[1] >= '0' && p[1] <= '9') || (p[1] == '.' && p[2] >= '0' && p[2] <= '9'))
+                p++;
+            norm[n++] = 'N';
+        } else {
+            norm[n++] = *p;
+        }
+    }
+    norm[n] = '\0';
+    count_in(&s->reasons, &s->nreasons, &s->reasons_cap, norm);
 }
 
 static int on_row(const struct synth_row *r, void *vctx)
@@ -65,6 +93,7 @@ static int on_row(const struct synth_row *r, void *vctx)
         s->similarity_ran = true;
     if (strcmp(r->status, "accepted") != 0) {
         const char *f = r->filter ? r->filter : "";
+        count_reason(s, r->reason ? r->reason : "(none)");
         size_t i;
         for (i = 0; i < NFILTERS; i++)
             if (strcmp(f, FILTERS[i]) == 0)
@@ -179,6 +208,16 @@ static int markdown(const struct stats *s, struct buf *b)
         rc = buf_addf(b, "| %s | %lld |\n", s->ops[i].name, (long long)s->ops[i].n);
     if (rc == 0 && s->nops > MAX_OPS_SHOWN)
         rc = buf_addf(b, "| (%zu more) | |\n", s->nops - MAX_OPS_SHOWN);
+    if (rc == 0)
+        rc = buf_addstr(b, "\n## Rejections by reason (numbers as N)\n\n| reason | candidates |\n"
+                           "| --- | ---: |\n");
+    for (size_t i = 0; rc == 0 && i < s->nreasons && i < MAX_REASONS_SHOWN; i++) {
+        rc = buf_addstr(b, "| ");
+        for (const char *p = s->reasons[i].name; rc == 0 && *p; p++)
+            rc = *p == '|' ? buf_addstr(b, "\\|") : buf_addch(b, *p == '\n' ? ' ' : *p);
+        if (rc == 0)
+            rc = buf_addf(b, " | %lld |\n", (long long)s->reasons[i].n);
+    }
     return rc;
 }
 
@@ -271,6 +310,13 @@ static int html(const struct stats *s, struct buf *b)
     for (size_t i = 0; rc == 0 && i < s->nops && i < MAX_OPS_SHOWN; i++)
         rc = bar_row(b, s->ops[i].name, s->ops[i].n, pct(s->ops[i].n, s->accepted), NULL);
     if (rc == 0)
+        rc = buf_addstr(b, "</table>\n<h2>Rejections by reason</h2>\n<table id=reasons><tr>"
+                           "<th>reason (numbers as N)</th><th>candidates</th><th>share</th><th>"
+                           "</th><th></th></tr>\n");
+    int64_t rejected = s->total - s->accepted;
+    for (size_t i = 0; rc == 0 && i < s->nreasons && i < MAX_REASONS_SHOWN; i++)
+        rc = bar_row(b, s->reasons[i].name, s->reasons[i].n, pct(s->reasons[i].n, rejected), NULL);
+    if (rc == 0)
         rc = buf_addstr(b, "</table>\n</body></html>\n");
     return rc;
 }
@@ -288,6 +334,8 @@ int synth_report(const char *dir, bool as_html, struct buf *out, struct ca_err *
     if (rc == 0) {
         if (s.nops > 1)
             qsort(s.ops, s.nops, sizeof(*s.ops), by_count);
+        if (s.nreasons > 1)
+            qsort(s.reasons, s.nreasons, sizeof(*s.reasons), by_count);
         rc = as_html ? html(&s, out) : markdown(&s, out);
         if (rc)
             rc = err_setf(err, rc, "the report is too large");
@@ -295,5 +343,8 @@ int synth_report(const char *dir, bool as_html, struct buf *out, struct ca_err *
     for (size_t i = 0; i < s.nops; i++)
         free(s.ops[i].name);
     free(s.ops);
+    for (size_t i = 0; i < s.nreasons; i++)
+        free(s.reasons[i].name);
+    free(s.reasons);
     return rc;
 }

@@ -417,6 +417,10 @@ static int llm_step(struct run *r, struct worker *w, const json_t *a, struct ca_
         if (&r->w[i] != w && r->w[i].seed >= 0)
             r->w[i].deadline_us += spent;
     w->drafting = false;
+    if (rc && r->o->stop && *r->o->stop) {
+        w->seed = -1; /* cancelled by the stop: left unrecorded, so a resumed run does it */
+        return 0;
+    }
     if (rc) {
         char *why = xstrfmt("llm: %s", lerr.msg);
         int64_t seed = w->seed;

@@ -168,7 +168,10 @@ TEST(report_counts_each_filter_over_what_reached_it)
     CHECK_CONTAINS(md.data, "| 2 | 2 | 100.0% | 83.8% |");
     CHECK_CONTAINS(md.data, "| 5-10 ms | 2 | 100.0% |");
     CHECK_CONTAINS(md.data, "| F.relu | 2 |");
+    CHECK_CONTAINS(md.data, "| runtime: too fast | 1 |");
+    CHECK_CONTAINS(md.data, "| timeout: no answer in N ms | 1 |");
     CHECK_CONTAINS(html.data, "&lt;b&gt;");
+    CHECK_CONTAINS(html.data, "<table id=reasons>");
     CHECK(strstr(html.data, "<b>") == NULL);
     CHECK(strstr(html.data, "http") == NULL);
     buf_release(&md);
