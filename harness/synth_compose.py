@@ -217,8 +217,9 @@ def compose(catalog, seed, depths=None, target_ms=10.0, device="cpu", batch_scal
     budget = target_ms / 1e3 - per_op
     batch = max(1, int(round(budget / est1))) if budget > 0 else 1
     biggest = max(max(math.prod(i), math.prod(o)) for _, _, i, o in steps)
-    batch = min(batch, max(1, MAX_NUMEL.get(device, MAX_NUMEL["cpu"]) // biggest), 8192)
-    batch = max(1, int(round(batch * batch_scale)))
+    cap = min(max(1, MAX_NUMEL.get(device, MAX_NUMEL["cpu"]) // biggest), 8192)
+    # The cap holds after a re-sizing too: no tensor over MAX_NUMEL elements, whatever was asked.
+    batch = max(1, min(cap, int(round(min(batch, cap) * batch_scale))))
     code = emit(entries, shape, steps, batch)
     ops = []
     for n, _, _, _ in steps:

@@ -108,7 +108,14 @@ def serve():
         if not line.strip():
             continue
         req = json.loads(line)
-        proto.write(json.dumps(handle(req, cfg, catalog, corpus)) + "\n")
+        try:
+            ans = handle(req, cfg, catalog, corpus)
+        except Exception as e:  # a bug of ours or a catalog entry: this task, not the run
+            ans = {"seed": req.get("seed"), "ok": False, "filters": {},
+                   "reason": f"worker: {type(e).__name__}: {str(e)[:300]}"}
+        if cfg["device"] == "cuda":
+            torch.cuda.empty_cache()  # give back what the task cached: workers share the GPU
+        proto.write(json.dumps(ans) + "\n")
     return 0
 
 

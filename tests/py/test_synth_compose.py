@@ -71,6 +71,17 @@ def test_sizes_follow_the_runtime_target():
     assert big["est_ms"] > small["est_ms"]
 
 
+def test_resizing_never_passes_the_tensor_cap():
+    import math
+    for seed in range(10):
+        t = synth_compose.compose(catalog(), seed, target_ms=1e6, device="cpu", batch_scale=256)
+        ns = {}
+        exec(compile(t["code"], "<task>", "exec"), ns)
+        (x,) = ns["get_inputs"]()
+        assert x.numel() <= synth_compose.MAX_NUMEL["cpu"], (seed, t["batch_size"])
+        assert math.prod(x.shape) >= 1
+
+
 def test_single_operators_only_make_one_operator_tasks():
     cat = {"fingerprint": "x", "ops": {
         "transformers.Fake": {"kind": "module", "module": "torch.nn.GELU", "ranks": [2, 3, 4],
