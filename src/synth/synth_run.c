@@ -227,7 +227,8 @@ static int write_line(int fd, const char *line, struct ca_err *err)
     return rc ? err_setf(err, rc, "writing to a synth worker: %s", ca_strerror(rc)) : 0;
 }
 
-/* Read what is there into w->in; 0 at EOF, <0 on error, else bytes read. */
+/* Read what is there into w->in: bytes read, 0 at EOF, CA_ETOOBIG past the answer limit, or
+ * -errno. */
 static ssize_t read_some(struct worker *w)
 {
     char chunk[65536];
@@ -235,8 +236,10 @@ static ssize_t read_some(struct worker *w)
     do
         n = read(w->child.out_fd, chunk, sizeof(chunk));
     while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
     if (n > 0 && buf_add(&w->in, chunk, (size_t)n))
-        return -CA_ETOOBIG;
+        return CA_ETOOBIG; /* an answer past SYNTH_LIMIT_ANSWER */
     return n;
 }
 
@@ -503,10 +506,10 @@ static int loop(struct run *r, struct ca_err *err)
             if (w->seed < 0 || !(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
             ssize_t n = read_some(w);
-            if (n == 0 || (n < 0 && n != -EAGAIN)) {
+            if (n <= 0) {
                 r->st->crashes++;
                 rc = replace_worker(r, w,
-                                    n == -CA_ETOOBIG
+                                    n == CA_ETOOBIG
                                         ? "crash: the answer is over the size limit"
                                         : "crash: the worker died while filtering this task "
                                           "(see worker.log)",

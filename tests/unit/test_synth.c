@@ -207,7 +207,7 @@ TEST(run_checks_options_before_starting_anything)
 }
 
 /* A fake worker: seed 1 hangs, seed 2 dies, seed 3 writes garbage, seeds 4 and 5 give the same
- * normalised code, every other seed an accepted task. */
+ * normalised code, seed 7 an answer over SYNTH_LIMIT_ANSWER, every other seed an accepted task. */
 static const char FAKE_WORKER[] =
     "#!/bin/sh\n"
     "read cfg\n"
@@ -218,6 +218,7 @@ static const char FAKE_WORKER[] =
     "  1) sleep 60 ;;\n"
     "  2) exit 1 ;;\n"
     "  3) echo 'this is not JSON' ;;\n"
+    "  7) head -c 4300000 /dev/zero | tr '\\0' x; echo ;;\n"
     "  4|5) sed \"s/SEED/$seed/g; s/KEY/dup/\" \"$(dirname \"$0\")/answer.tmpl\" ;;\n"
     "  *) sed \"s/SEED/$seed/g; s/KEY/k$seed/\" \"$(dirname \"$0\")/answer.tmpl\" ;;\n"
     "  esac\n"
@@ -289,24 +290,25 @@ TEST(pool_turns_hangs_and_crashes_into_rejections)
     REQUIRE(fs_join(&cat, dir, "cat.json") == 0);
     o.catalog = cat.data;
     o.seed_lo = 0;
-    o.seed_hi = 6;
+    o.seed_hi = 7;
     o.jobs = 2;
     struct synth_stats st;
     struct ca_err err = {0};
     int rc = synth_run(&o, &st, &err);
     REQUIRE(rc == 0 || (fprintf(stderr, "%s\n", err.msg), 0));
-    CHECK_EQ(st.planned, 7);
-    CHECK_EQ(st.done, 7);
+    CHECK_EQ(st.planned, 8);
+    CHECK_EQ(st.done, 8);
     CHECK_EQ(st.accepted, 3); /* 0, 4, 6 */
     CHECK_EQ(st.timeouts, 1);
-    CHECK_EQ(st.crashes, 2);
+    CHECK_EQ(st.crashes, 3); /* 2 died, 3 babbled, 7 over the limit */
     CHECK_EQ(st.duplicates, 1);
     CHECK(!st.interrupted);
     struct buf md;
     buf_init(&md, 1 << 20);
     REQUIRE(synth_report(out.data, false, &md, &err) == 0);
-    CHECK_CONTAINS(md.data, "7 candidates, 3 accepted");
-    CHECK_CONTAINS(md.data, "1 timeouts, 2 crashes");
+    CHECK_CONTAINS(md.data, "8 candidates, 3 accepted");
+    CHECK_CONTAINS(md.data, "1 timeouts, 3 crashes");
+    CHECK_CONTAINS(md.data, "| crash: the answer is over the size limit | 1 |");
     buf_release(&md);
     /* tasks.jsonl holds the accepted ones, in seed order, loadable as a task source. */
     struct buf p, text;
