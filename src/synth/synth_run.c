@@ -219,6 +219,32 @@ static int check_catalog(const char *path, const char *ops, json_t **ops_out, ch
     return 0;
 }
 
+/* A copy of the catalog in DIR/catalogs/<fp>.json: the first part of every row's stream names
+ * it, so a set can be traced back to the operator entries that made it. */
+static int keep_catalog(const char *dir, const char *path, const char *fp, struct ca_err *err)
+{
+    struct buf sub, dst, text;
+    buf_init(&sub, CA_LIMIT_PATH);
+    buf_init(&dst, CA_LIMIT_PATH);
+    buf_init(&text, SYNTH_LIMIT_CATALOG);
+    int rc = fs_join(&sub, dir, "catalogs") ? CA_ETOOBIG : 0;
+    if (rc == 0 && buf_addf(&dst, "%s/%s.json", sub.data, fp))
+        rc = CA_ETOOBIG;
+    if (rc)
+        rc = err_setf(err, rc, "%s: path too long", dir);
+    if (rc == 0 && !fs_is_file(dst.data)) {
+        rc = fs_mkdirs(sub.data, 0755, err);
+        if (rc == 0)
+            rc = fs_read_file(path, SYNTH_LIMIT_CATALOG, &text, err);
+        if (rc == 0)
+            rc = fs_write_atomic(dst.data, text.data, text.len, 0644, err);
+    }
+    buf_release(&sub);
+    buf_release(&dst);
+    buf_release(&text);
+    return rc;
+}
+
 static int write_line(int fd, const char *line, struct ca_err *err)
 {
     int rc = fs_write_all(fd, line, strlen(line));
@@ -622,6 +648,8 @@ int synth_run(const struct synth_opts *o, struct synth_stats *st, struct ca_err 
         goto out;
     char fp[HASH64_HEX_LEN + 1];
     if ((rc = check_catalog(catalog.data, o->ops, &ops, fp, err)))
+        goto out;
+    if ((rc = keep_catalog(o->out_dir, catalog.data, fp, err)))
         goto out;
     /* The stream: what decides the composition of a seed. */
     char *ops_text = json_dumps(ops, JSON_ENCODE_ANY | JSON_COMPACT);

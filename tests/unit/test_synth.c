@@ -321,6 +321,14 @@ TEST(pool_turns_hangs_and_crashes_into_rejections)
     CHECK(s0 && s4 && s6 && s0 < s4 && s4 < s6);
     CHECK(strstr(text.data, "\"seed\":5,") == NULL);
     CHECK_CONTAINS(text.data, "\"data_source\":\"torch#2\"");
+    /* The catalog that made them is kept, named by the first part of the stream. */
+    const char *stream = strstr(text.data, "\"stream\":\"");
+    REQUIRE(stream != NULL);
+    char kept[64];
+    snprintf(kept, sizeof(kept), "catalogs/%.16s.json", stream + 10);
+    buf_reset(&p);
+    REQUIRE(fs_join(&p, out.data, kept) == 0);
+    CHECK(fs_is_file(p.data));
     /* Running again does nothing: every seed is recorded. */
     rc = synth_run(&o, &st, &err);
     CHECK_EQ(rc, 0);
