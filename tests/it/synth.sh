@@ -132,6 +132,8 @@ t = pq.read_table("a/tasks.parquet")
 assert t.num_rows == int(sys.argv[1]), t.num_rows
 assert {"code", "ops", "data_source", "id", "seed", "eager_ms", "compile_ms", "filters"} <= set(t.column_names)
 EOF
+    run "$CA" data import -o back.jsonl a/tasks.parquet
+    expect "data import reads tasks.parquet back ($acc tasks)" 0 "$acc task"
 else
     skip pyarrow "tasks.parquet" "pyarrow is not installed"
 fi
