@@ -86,6 +86,7 @@ int cmd_evaluator(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif

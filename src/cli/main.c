@@ -29,6 +29,7 @@ static const struct cli_cmd commands[] = {
     {"bench", cmd_bench, "score a task suite (solutions or the agent): metrics, SQLite, report"},
     {"data", cmd_data,
      "list, check and import task sources (.py, KernelBench tree, JSONL, parquet)"},
+    {"synth", cmd_synth, "synthesise training tasks from torch operators, filtered (Ops-6K style)"},
     {"serve", cmd_serve, "serve episodes over MCP (stdio, HTTP) and OpenEnv to RL trainers"},
     {"version", cmd_version, "print the version"},
 };
