@@ -1,0 +1,131 @@
+"""Actor and critic: building them (a Hugging Face checkpoint, or a tiny random Llama from the
+config), per-token log-probabilities and values over padded batches, and in-process sampling.
+
+The critic is the actor's backbone (a copy of its weights at the start) with a scalar head: the
+value of the state before token t is read at position t - 1, the same position whose logits
+give log p(token t).
+"""
+
+import torch
+import torch.nn as nn
+
+from train import chat
+
+
+def _dtype(name):
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+def load_tokenizer(mcfg):
+    if mcfg.tokenizer == "byte" or (mcfg.path == "tiny" and not mcfg.tokenizer):
+        return chat.ByteTokenizer()
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(mcfg.tokenizer or mcfg.path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def tiny_config(mcfg, tok):
+    from transformers import LlamaConfig
+    return LlamaConfig(vocab_size=tok.vocab_size, hidden_size=mcfg.hidden,
+                       intermediate_size=mcfg.hidden * 2, num_hidden_layers=mcfg.layers,
+                       num_attention_heads=mcfg.heads, num_key_value_heads=mcfg.heads,
+                       max_position_embeddings=mcfg.max_positions,
+                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                       bos_token_id=None, tie_word_embeddings=False)
+
+
+def build_actor(mcfg, tok, path=None):
+    """The policy: from `path` (a saved actor), the config's model path, or a tiny random one
+    (seeded by the caller's torch.manual_seed)."""
+    from transformers import AutoModelForCausalLM
+    src = path or (None if mcfg.path == "tiny" else mcfg.path)
+    if src:
+        m = AutoModelForCausalLM.from_pretrained(src, dtype=_dtype(mcfg.dtype))
+    else:
+        m = AutoModelForCausalLM.from_config(tiny_config(mcfg, tok)).to(_dtype(mcfg.dtype))
+    if mcfg.gradient_checkpointing:
+        m.gradient_checkpointing_enable()
+    m.config.use_cache = True
+    return m
+
+
+class Critic(nn.Module):
+    """A causal LM backbone with a scalar value head."""
+
+    def __init__(self, backbone, hidden):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids, attention_mask):
+        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.head(h.to(self.head.weight.dtype)).squeeze(-1)
+
+
+def build_critic(actor):
+    """A critic initialised from the actor's backbone (its own copy of the weights)."""
+    import copy
+    base = copy.deepcopy(actor.base_model if hasattr(actor, "base_model") else actor.model)
+    return Critic(base, actor.config.hidden_size).to(next(actor.parameters()).dtype)
+
+
+def pad_batch(seqs, pad_id):
+    """[list of id lists] -> (ids [B, T], attention [B, T]) right-padded."""
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    att = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+        att[i, :len(s)] = 1
+    return ids, att
+
+
+def seq_logprobs(actor, ids, att, with_entropy=False):
+    """log p(ids[:, t] | ids[:, <t]) for t >= 1 at index t (index 0 is 0), and the entropy of
+    the distribution each token was drawn from."""
+    logits = actor(input_ids=ids, attention_mask=att, use_cache=False).logits[:, :-1]
+    lp = torch.zeros(ids.shape, dtype=torch.float32)
+    from train import algo
+    lp[:, 1:] = algo.token_logprobs(logits, ids[:, 1:])
+    ent = None
+    if with_entropy:
+        ent = torch.zeros(ids.shape, dtype=torch.float32)
+        ent[:, 1:] = algo.entropy_from_logits(logits)
+    return lp, ent
+
+
+def seq_values(critic, ids, att):
+    """The value of the state before token t, at index t (read at position t - 1)."""
+    v = critic(ids, att)
+    out = torch.zeros(ids.shape, dtype=torch.float32)
+    out[:, 1:] = v[:, :-1].float()
+    return out
+
+
+@torch.no_grad()
+def sample(actor, prompt_ids, max_new_tokens, eos_id, temperature=1.0, generator=None,
+           stop_text=None, tok=None):
+    """Sample one reply with the KV cache. Returns (ids, logprobs, finished): the log-probs are
+    of the distribution sampled from (temperature applied), so with temperature 1 they are the
+    actor's. `finished` is True when the reply ended with eos."""
+    actor.eval()
+    dev = next(actor.parameters()).device
+    x = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
+    out = actor(input_ids=x, use_cache=True)
+    past, logits = out.past_key_values, out.logits[:, -1]
+    ids, lps = [], []
+    for _ in range(max_new_tokens):
+        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+        t = torch.multinomial(logp.exp(), 1, generator=generator)
+        tid = int(t.item())
+        ids.append(tid)
+        lps.append(float(logp[0, tid]))
+        if tid == eos_id:
+            return ids, lps, True
+        out = actor(input_ids=t.to(dev), past_key_values=past, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1]
+    return ids, lps, False

@@ -1,0 +1,188 @@
+"""One PPO update of actor and critic on a batch of samples (train/rollout.py's Sample), and
+the supervised steps of stage 3 (rejection fine-tuning, value pretraining).
+
+The update, per batch:
+1. no grad: the trainer's log-probs of the sampled tokens (pi_old), the critic's values, and
+   (kl_coef > 0) the reference actor's log-probs;
+2. rewards on each trajectory's last action token (minus kl_coef * (log pi_old - log pi_ref)
+   per token when a KL penalty is on), GAE (gamma, lambda) over the action tokens;
+3. `minibatches` optimizer steps (default 1: the paper's one update per batch), each over
+   micro-batches with gradient accumulation; the losses are token means over the whole
+   minibatch (each micro-batch's share weighted by its tokens);
+4. the policy ratio is against pi_old as the trainer computes it; the rollout engine's
+   log-probs enter only through the truncated importance weight min(pi_old / pi_rollout, cap)
+   (recompute_old_logprobs = false uses the rollout's log-probs as pi_old instead).
+"""
+
+import time
+
+import torch
+
+from train import algo, model as M
+
+
+def batch_tensors(samples, pad_id):
+    ids, att = M.pad_batch([s.tokens for s in samples], pad_id)
+    B, T = ids.shape
+    mask = torch.zeros((B, T))
+    lp = torch.zeros((B, T))
+    for i, s in enumerate(samples):
+        mask[i, :len(s.mask)] = torch.tensor(s.mask, dtype=torch.float32)
+        lp[i, :len(s.logprobs)] = torch.tensor(s.logprobs, dtype=torch.float32)
+    mask[:, 0] = 0  # the first token has no log-prob
+    scores = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    return ids, att, mask, lp, scores
+
+
+def _chunks(n, size):
+    return [slice(i, min(n, i + size)) for i in range(0, n, max(1, size))]
+
+
+@torch.no_grad()
+def _forward_all(fn, ids, att, micro):
+    return torch.cat([fn(ids[c], att[c]) for c in _chunks(ids.shape[0], micro)])
+
+
+def _grad_norm(params, max_norm):
+    params = [p for p in params if p.grad is not None]
+    if not params:
+        return 0.0
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+
+def ppo_update(actor, critic, opt_a, opt_c, samples, pcfg, pad_id, ref=None, train_actor=True):
+    """One update on `samples`; returns the step's metrics (floats)."""
+    t0 = time.perf_counter()
+    ids, att, mask, roll_lp, scores = batch_tensors(samples, pad_id)
+    micro = pcfg.micro_batch
+    actor.eval()
+    critic.eval()
+    old_lp = _forward_all(lambda i, a: M.seq_logprobs(actor, i, a)[0], ids, att, micro)
+    values = _forward_all(lambda i, a: M.seq_values(critic, i, a), ids, att, micro) * mask
+    rewards = algo.terminal_rewards(scores, mask)
+    kl_ref = 0.0
+    if ref is not None and pcfg.kl_coef > 0:
+        ref_lp = _forward_all(lambda i, a: M.seq_logprobs(ref, i, a)[0], ids, att, micro)
+        rewards = rewards - pcfg.kl_coef * (old_lp - ref_lp) * mask
+        kl_ref = algo.kl_k3(old_lp, ref_lp, mask).item()
+    adv, ret = algo.gae(rewards, values, mask, pcfg.gamma, pcfg.lam)
+    if pcfg.whiten_advantages:
+        adv = algo.whiten(adv, mask)
+    if pcfg.recompute_old_logprobs:
+        prox = old_lp
+        isw = (algo.truncated_is_weights(old_lp, roll_lp, mask, pcfg.tis_cap)
+               if pcfg.tis_cap > 0 else None)
+    else:
+        prox, isw = roll_lp * mask, None
+    m = {"kl_rollout_train": algo.kl_k3(roll_lp, old_lp, mask).item(), "kl_ref": kl_ref,
+         "explained_variance": algo.explained_variance(values, ret, mask),
+         "value_mean": algo.masked_mean(values, mask).item(),
+         "return_mean": algo.masked_mean(ret, mask).item(),
+         "advantage_mean": algo.masked_mean(adv, mask).item()}
+    if isw is not None:
+        raw = torch.exp(old_lp - roll_lp)
+        m["tis_weight_mean"] = algo.masked_mean(isw, mask).item()
+        m["tis_truncated_frac"] = algo.masked_mean((raw > pcfg.tis_cap).float(), mask).item()
+    acc = {"pg_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
+           "grad_norm_actor": 0.0, "grad_norm_critic": 0.0}
+    mbs = _chunks(len(samples), -(-len(samples) // max(1, pcfg.minibatches)))
+    actor.train()
+    critic.train()
+    for mb in mbs:
+        ntok = mask[mb].sum().clamp(min=1)
+        opt_a.zero_grad(set_to_none=True)
+        opt_c.zero_grad(set_to_none=True)
+        for c in _chunks(mb.stop - mb.start, micro):
+            sl = slice(mb.start + c.start, mb.start + c.stop)
+            mk = mask[sl]
+            share = (mk.sum() / ntok).item()
+            if share == 0:
+                continue
+            if train_actor:
+                lp, ent = M.seq_logprobs(actor, ids[sl], att[sl], with_entropy=True)
+                pg, pm = algo.policy_loss(lp, prox[sl], adv[sl], mk, pcfg.clip_low,
+                                          pcfg.clip_high, None if isw is None else isw[sl])
+                e = algo.masked_mean(ent, mk)
+                loss = pg - pcfg.entropy_coef * e
+                (loss * share).backward()
+                acc["pg_loss"] += pg.item() * share / len(mbs)
+                acc["entropy"] += e.item() * share / len(mbs)
+                acc["clip_frac"] += pm["clip_frac"] * share / len(mbs)
+                acc["approx_kl"] += pm["approx_kl"] * share / len(mbs)
+            v = M.seq_values(critic, ids[sl], att[sl])
+            vl = algo.value_loss(v, values[sl], ret[sl], mk, pcfg.value_clip)
+            (vl * share).backward()
+            acc["vf_loss"] += vl.item() * share / len(mbs)
+        if train_actor:
+            acc["grad_norm_actor"] += _grad_norm(actor.parameters(), pcfg.max_grad_norm) / len(mbs)
+            opt_a.step()
+        acc["grad_norm_critic"] += _grad_norm(critic.parameters(), pcfg.max_grad_norm) / len(mbs)
+        opt_c.step()
+    m.update(acc)
+    if pcfg.post_update_kl and train_actor:
+        actor.eval()
+        new_lp = _forward_all(lambda i, a: M.seq_logprobs(actor, i, a)[0], ids, att, micro)
+        m["kl_post_update"] = algo.kl_k3(old_lp, new_lp, mask).item()
+    m["update_s"] = time.perf_counter() - t0
+    m["train_tokens_per_s"] = float(att.sum()) / max(m["update_s"], 1e-9)
+    return m
+
+
+def sample_metrics(samples, rollout_s):
+    """Reward and length statistics of a batch of samples."""
+    r = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    resp = torch.tensor([s.response_tokens for s in samples], dtype=torch.float32)
+    seq = torch.tensor([len(s.tokens) for s in samples], dtype=torch.float32)
+    gen = float(resp.sum())
+    m = {"reward_mean": r.mean().item(), "reward_std": r.std(unbiased=False).item(),
+         "reward_max": r.max().item(), "reward_min": r.min().item(),
+         "correct_frac": (r > 0).float().mean().item(),
+         "response_len_mean": resp.mean().item(), "response_len_max": resp.max().item(),
+         "seq_len_mean": seq.mean().item(), "episodes": len(samples),
+         "turns_mean": sum(s.turns for s in samples) / len(samples),
+         "malformed_calls": sum(s.malformed for s in samples),
+         "rollout_s": rollout_s, "gen_tokens_per_s": gen / max(rollout_s, 1e-9)}
+    for v in (-1, 1, 2, 3):
+        m[f"reward_eq_{v}"] = int((r == v).sum())
+    return m
+
+
+# ---- stage 3 ----
+
+def sft_epoch(actor, opt, samples, pad_id, micro, max_grad_norm=1.0):
+    """One epoch of token-mean NLL on the samples' action tokens (tool outputs and prompts are
+    context only). Returns the mean loss."""
+    ids, att, mask, _, _ = batch_tensors(samples, pad_id)
+    actor.train()
+    ntok = mask.sum().clamp(min=1)
+    opt.zero_grad(set_to_none=True)
+    total = 0.0
+    for c in _chunks(len(samples), micro):
+        lp, _ = M.seq_logprobs(actor, ids[c], att[c])
+        loss = -(lp * mask[c]).sum() / ntok
+        loss.backward()
+        total += loss.item()
+    _grad_norm(actor.parameters(), max_grad_norm)
+    opt.step()
+    return total
+
+
+def value_epoch(critic, opt, samples, pad_id, micro, gamma, lam, max_grad_norm=1.0):
+    """One epoch of value pretraining: GAE(lambda) returns computed with the critic's current
+    values are the per-token targets (recomputed each epoch, so the targets bootstrap)."""
+    ids, att, mask, _, scores = batch_tensors(samples, pad_id)
+    critic.eval()
+    values = _forward_all(lambda i, a: M.seq_values(critic, i, a), ids, att, micro) * mask
+    _, ret = algo.gae(algo.terminal_rewards(scores, mask), values, mask, gamma, lam)
+    critic.train()
+    ntok = mask.sum().clamp(min=1)
+    opt.zero_grad(set_to_none=True)
+    total = 0.0
+    for c in _chunks(len(samples), micro):
+        v = M.seq_values(critic, ids[c], att[c])
+        loss = 0.5 * (((v - ret[c]) ** 2) * mask[c]).sum() / ntok
+        loss.backward()
+        total += loss.item()
+    _grad_norm(critic.parameters(), max_grad_norm)
+    opt.step()
+    return total, algo.explained_variance(values, ret, mask)

@@ -1,0 +1,319 @@
+"""The four stages (DESIGN.md §1 "RL recipe") and the driver that runs them in order.
+
+    <out_dir>/warmup/   stage 1: single-turn PPO           final/ = actor + critic
+    <out_dir>/collect/  stage 2: trajectories.jsonl (one episode per line, token ids,
+                        log-probs, masks, reward, messages)
+    <out_dir>/rft/      stage 3: rejection fine-tuning of the actor + value pretraining of the
+                        critic on stage 2's trajectories; filter.json says what was kept
+    <out_dir>/ppo/      stage 4: agentic PPO from rft/final
+
+Each stage starts from the previous stage's final/ (or the configured model when the previous
+stage is disabled), resumes from its own latest checkpoint, and is skipped when its final/
+exists. A stage's metrics go to <stage dir>/metrics.jsonl and <stage dir>/tb.
+"""
+
+import argparse
+import asyncio
+import copy
+import json
+import pathlib
+import sys
+import time
+
+import torch
+
+from train import config as C, model as M, ppo_update as U, rollout as R, runtime as RT
+from train.chat import ChatFormat
+
+ORDER = ["warmup", "collect", "rft", "ppo"]
+
+
+class Ctx:
+    """A stage's models, tokenizer, optimizers and directories."""
+
+    def __init__(self, cfg, name):
+        self.cfg = cfg
+        self.name = name
+        self.dir = pathlib.Path(cfg.out_dir) / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.tok = M.load_tokenizer(cfg.model)
+        self.fmt = ChatFormat(self.tok)
+        self.pad = self.tok.pad_token_id
+
+    def init_dir(self):
+        """The final/ of the nearest earlier stage that has one (None: the configured model)."""
+        i = ORDER.index(self.name)
+        for prev in reversed(ORDER[:i]):
+            d = pathlib.Path(self.cfg.out_dir) / prev / "final"
+            if (d / "actor").exists():
+                return d
+        return None
+
+    def models(self, src=None):
+        """Actor and critic from src (a checkpoint dir), else from init_dir(), else fresh."""
+        RT.seed_all(self.cfg.seed)
+        src = src or self.init_dir()
+        actor = M.build_actor(self.cfg.model, self.tok, str(src / "actor") if src else None)
+        critic = M.build_critic(actor)
+        if src and (src / "critic.pt").exists():
+            RT.load_critic(critic, src)
+        return actor, critic
+
+    def done(self):
+        return (self.dir / "final" / "state.json").exists()
+
+
+def _engine(ctx, actor, seed):
+    r = ctx.cfg.rollout
+    if r.engine == "local":
+        return R.LocalEngine(actor, ctx.fmt.eos, r.temperature, seed)
+    if r.engine == "openai":
+        return R.OpenAIEngine(r.base_url, r.model_name, r.temperature)
+    raise ValueError(f"rollout.engine must be local or openai, not {r.engine!r}")
+
+
+def _read_jsonl(paths):
+    out = []
+    for p in paths:
+        out += [json.loads(x) for x in pathlib.Path(p).read_text().splitlines() if x.strip()]
+    return out
+
+
+async def _tasks(ctx, env):
+    t = ctx.cfg.server.tasks or await env.tasks()
+    if not t:
+        raise RuntimeError("the server lists no tasks (serve --tasks SOURCE)")
+    return t
+
+
+def _log(ctx, msg):
+    if RT.rank() == 0:
+        print(f"[{ctx.name}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---- stages 1 and 4: PPO ----
+
+def ppo_stage(cfg, name):
+    ctx = Ctx(cfg, name)
+    if ctx.done():
+        _log(ctx, "final/ exists: done")
+        return ctx.dir / "final"
+    single = name == "warmup"
+    p = copy.deepcopy(cfg.ppo)
+    if single:
+        w = cfg.warmup
+        p.steps, p.batch_episodes, p.actor_lr, p.critic_lr = (w.steps, w.batch_episodes,
+                                                              w.actor_lr, w.critic_lr)
+    ck = RT.latest(ctx.dir)
+    actor, critic = ctx.models(ck)
+    dev = RT.init_distributed()
+    actor.to(dev)
+    critic.to(dev)
+    ref = None
+    if p.kl_coef > 0:
+        ref = copy.deepcopy(actor).eval().requires_grad_(False)
+    RT.shard(actor)
+    RT.shard(critic)
+    opt_a = torch.optim.AdamW(actor.parameters(), lr=p.actor_lr, weight_decay=p.weight_decay)
+    opt_c = torch.optim.AdamW(critic.parameters(), lr=p.critic_lr, weight_decay=p.weight_decay)
+    start = 0
+    if ck:
+        RT.load_optims(ck, (opt_a, opt_c))
+        st = RT.load_state(ck)
+        start = st["step"]
+        RT.set_rng_state(st["rng"])
+        _log(ctx, f"resumed from {ck} at step {start}")
+    inject = _read_jsonl(cfg.warmup.inject) if single else []
+    metrics = RT.Metrics(ctx.dir, cfg.tensorboard)
+    sync = R.weight_sync_hook(cfg.rollout.weight_sync)
+    rc = cfg.rollout
+
+    async def main():
+        nonlocal start
+        async with R.McpEnv(cfg.server) as env:
+            tasks = await _tasks(ctx, env)
+            for step in range(start, p.steps):
+                jobs = [(tasks[(step * p.batch_episodes + i) % len(tasks)],
+                         cfg.seed * 1_000_003 + step * 10_007 + i, None)
+                        for i in range(p.batch_episodes)]
+                jobs += [(j["task"], cfg.seed + step, j) for j in inject]
+
+                async def one(job):
+                    task, seed, script = job
+                    eng = _engine(ctx, actor, seed)
+                    if script is not None:
+                        eng = R.ScriptedEngine([script["reply"]] if single else
+                                               script["replies"], ctx.fmt, actor)
+                    if single:
+                        s = await R.single_turn_episode(env, eng, ctx.fmt, ctx.tok, rc,
+                                                        cfg.warmup.max_new_tokens, task, seed)
+                    else:
+                        s = await R.agent_episode(env, eng, ctx.fmt, ctx.tok, rc, task, seed)
+                    s.scripted = script is not None
+                    return s
+
+                t0 = time.perf_counter()
+                samples = await R.collect(one, jobs, rc.parallel)
+                roll_s = time.perf_counter() - t0
+                rdir = ctx.dir / "rollouts"
+                rdir.mkdir(exist_ok=True)
+                (rdir / f"step-{step + 1:06d}.jsonl").write_text(
+                    "".join(s.to_json() + "\n" for s in samples))
+                m = U.sample_metrics(samples, roll_s)
+                m.update(U.ppo_update(actor, critic, opt_a, opt_c, samples, p, ctx.pad, ref,
+                                      train_actor=step >= p.critic_warmup_steps))
+                metrics.log(name, step + 1, m)
+                _log(ctx, f"step {step + 1}/{p.steps}: reward {m['reward_mean']:+.3f} "
+                     f"entropy {m['entropy']:.3f} clip {m['clip_frac']:.3f} "
+                     f"ev {m['explained_variance']:.3f} kl {m.get('kl_post_update', 0):.2e}")
+                if sync:
+                    sync(actor, step + 1, cfg)
+                if (step + 1) % p.save_every == 0 or step + 1 == p.steps:
+                    RT.save(ctx.dir / "ckpt" / f"step-{step + 1:06d}", actor, critic, ctx.tok,
+                            (opt_a, opt_c), {"stage": name, "step": step + 1,
+                                             "config": C.to_dict(cfg)})
+
+    asyncio.run(main())
+    metrics.close()
+    RT.save(ctx.dir / "final", actor, critic, ctx.tok, None,
+            {"stage": name, "step": p.steps, "config": C.to_dict(cfg)})
+    return ctx.dir / "final"
+
+
+# ---- stage 2: trajectories ----
+
+def collect_stage(cfg):
+    ctx = Ctx(cfg, "collect")
+    out = ctx.dir / "trajectories.jsonl"
+    if (ctx.dir / "done").exists():
+        _log(ctx, "done")
+        return out
+    actor, _ = ctx.models()
+    actor.to(RT.init_distributed())
+    have = set()
+    if out.exists():  # resume: the episodes already written are not run again
+        for line in out.read_text().splitlines():
+            try:
+                have.add(json.loads(line)["job"])
+            except (ValueError, KeyError):
+                pass
+    inject = _read_jsonl(cfg.collect.inject)
+    rc = cfg.rollout
+    metrics = RT.Metrics(ctx.dir, cfg.tensorboard)
+
+    async def main():
+        async with R.McpEnv(cfg.server) as env:
+            tasks = await _tasks(ctx, env)
+            jobs = [(f"{t}/{k}", t, cfg.seed * 1_000_003 + i * cfg.collect.episodes_per_task + k,
+                     None) for i, t in enumerate(tasks)
+                    for k in range(cfg.collect.episodes_per_task)]
+            jobs += [(f"inject/{i}", j["task"], cfg.seed + i, j) for i, j in enumerate(inject)]
+            jobs = [j for j in jobs if j[0] not in have]
+            f = open(out, "a")
+
+            async def one(job):
+                key, task, seed, script = job
+                eng = (R.ScriptedEngine(script["replies"], ctx.fmt, actor) if script
+                       else _engine(ctx, actor, seed))
+                s = await R.agent_episode(env, eng, ctx.fmt, ctx.tok, rc, task, seed)
+                s.scripted = script is not None
+                d = json.loads(s.to_json())
+                d["job"] = key
+                f.write(json.dumps(d) + "\n")
+                f.flush()
+                return s
+
+            t0 = time.perf_counter()
+            samples = await R.collect(one, jobs, rc.parallel)
+            f.close()
+            if samples:
+                m = U.sample_metrics(samples, time.perf_counter() - t0)
+                metrics.log("collect", 1, m)
+                _log(ctx, f"{len(samples)} episodes: reward {m['reward_mean']:+.3f}, "
+                     f"{m['correct_frac']:.0%} correct")
+
+    asyncio.run(main())
+    metrics.close()
+    (ctx.dir / "done").write_text("")
+    return out
+
+
+# ---- stage 3: rejection fine-tuning and value pretraining ----
+
+def rft_filter(samples, rcfg):
+    """(kept, reasons): trajectories with reward > min_reward, no malformed tool call and no
+    tool call repeated max_repeats times in a row."""
+    kept, why = [], {"low_reward": 0, "malformed": 0, "looping": 0}
+    for s in samples:
+        if s.reward <= rcfg.min_reward:
+            why["low_reward"] += 1
+        elif s.malformed:
+            why["malformed"] += 1
+        elif s.max_repeat >= rcfg.max_repeats:
+            why["looping"] += 1
+        else:
+            kept.append(s)
+    return kept, why
+
+
+def rft_stage(cfg):
+    ctx = Ctx(cfg, "rft")
+    if ctx.done():
+        _log(ctx, "final/ exists: done")
+        return ctx.dir / "final"
+    src = pathlib.Path(cfg.out_dir) / "collect" / "trajectories.jsonl"
+    samples = [R.Sample.from_json(x) for x in src.read_text().splitlines() if x.strip()]
+    kept, why = rft_filter(samples, cfg.rft)
+    (ctx.dir / "filter.json").write_text(json.dumps(
+        {"trajectories": len(samples), "kept": len(kept), "dropped": why,
+         "kept_tasks": sorted({s.task for s in kept})}, indent=1))
+    _log(ctx, f"{len(kept)} of {len(samples)} trajectories kept ({why})")
+    actor, critic = ctx.models()
+    metrics = RT.Metrics(ctx.dir, cfg.tensorboard)
+    r = cfg.rft
+    if kept:
+        opt = torch.optim.AdamW(actor.parameters(), lr=r.lr)
+        for e in range(r.epochs):
+            loss = U.sft_epoch(actor, opt, kept, ctx.pad, r.micro_batch)
+            metrics.log("rft", e + 1, {"sft_loss": loss, "kept": len(kept)})
+    vsamples = samples if r.value_on == "all" else kept
+    if vsamples:
+        opt = torch.optim.AdamW(critic.parameters(), lr=r.value_lr)
+        for e in range(r.value_epochs):
+            loss, ev = U.value_epoch(critic, opt, vsamples, ctx.pad, r.micro_batch,
+                                     cfg.ppo.gamma, cfg.ppo.lam)
+            metrics.log("value", e + 1, {"value_loss": loss, "explained_variance": ev})
+    metrics.close()
+    RT.save(ctx.dir / "final", actor, critic, ctx.tok, None,
+            {"stage": "rft", "kept": len(kept), "config": C.to_dict(cfg)})
+    return ctx.dir / "final"
+
+
+STAGES = {"warmup": lambda c: ppo_stage(c, "warmup"), "collect": collect_stage,
+          "rft": rft_stage, "ppo": lambda c: ppo_stage(c, "ppo")}
+
+
+def enabled(cfg, name):
+    return getattr(cfg, name).enabled if name != "ppo" else True
+
+
+def main(stage=None, argv=None):
+    ap = argparse.ArgumentParser(prog=f"python3 -m train.{stage or 'run'}",
+                                 description="cuda-agent's staged PPO trainer (train/README.md)")
+    ap.add_argument("--config", required=True, help="a .toml or .json file (train/configs/)")
+    ap.add_argument("--out-dir", help="overrides the config's out_dir")
+    if stage is None:
+        ap.add_argument("--stages", default=",".join(ORDER),
+                        help="comma-separated subset of " + ",".join(ORDER))
+    a = ap.parse_args(argv)
+    cfg = C.load(a.config)
+    if a.out_dir:
+        cfg.out_dir = a.out_dir
+    names = [stage] if stage else [s for s in a.stages.split(",") if s]
+    for n in names:
+        if n not in STAGES:
+            ap.error(f"unknown stage {n!r} (stages: {', '.join(ORDER)})")
+    for n in ORDER:
+        if n in names and (stage or enabled(cfg, n)):
+            STAGES[n](cfg)
+    return 0
