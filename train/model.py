@@ -106,6 +106,18 @@ def seq_values(critic, ids, att):
     return out
 
 
+# transformers 5.x names the KV cache `cache` (in and out); 4.x `past_key_values`.
+_CACHE_ARG = "cache"
+
+
+def _cache(out):
+    global _CACHE_ARG
+    if "cache" in out:
+        return out["cache"]
+    _CACHE_ARG = "past_key_values"
+    return out["past_key_values"]
+
+
 @torch.no_grad()
 def sample(actor, prompt_ids, max_new_tokens, eos_id, temperature=1.0, generator=None,
            stop_text=None, tok=None):
@@ -116,7 +128,7 @@ def sample(actor, prompt_ids, max_new_tokens, eos_id, temperature=1.0, generator
     dev = next(actor.parameters()).device
     x = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
     out = actor(input_ids=x, use_cache=True)
-    past, logits = out.past_key_values, out.logits[:, -1]
+    past, logits = _cache(out), out.logits[:, -1]
     ids, lps = [], []
     for _ in range(max_new_tokens):
         logp = torch.log_softmax(logits.float() / temperature, dim=-1)
@@ -126,6 +138,6 @@ def sample(actor, prompt_ids, max_new_tokens, eos_id, temperature=1.0, generator
         lps.append(float(logp[0, tid]))
         if tid == eos_id:
             return ids, lps, True
-        out = actor(input_ids=t.to(dev), past_key_values=past, use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1]
+        out = actor(input_ids=t.to(dev), use_cache=True, **{_CACHE_ARG: past})
+        past, logits = _cache(out), out.logits[:, -1]
     return ids, lps, False

@@ -93,7 +93,10 @@ def _log(ctx, msg):
 
 # ---- stages 1 and 4: PPO ----
 
-def ppo_stage(cfg, name):
+def ppo_stage(cfg, name, env_factory=None):
+    """Stage 1 (name "warmup": single-turn episodes) or 4 ("ppo": agentic episodes).
+    env_factory: an async context manager of the environment (default: McpEnv on the
+    configured server; tests pass a toy environment)."""
     ctx = Ctx(cfg, name)
     if ctx.done():
         _log(ctx, "final/ exists: done")
@@ -130,7 +133,7 @@ def ppo_stage(cfg, name):
 
     async def main():
         nonlocal start
-        async with R.McpEnv(cfg.server) as env:
+        async with (env_factory or (lambda: R.McpEnv(cfg.server)))() as env:
             tasks = await _tasks(ctx, env)
             for step in range(start, p.steps):
                 jobs = [(tasks[(step * p.batch_episodes + i) % len(tasks)],
