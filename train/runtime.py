@@ -25,6 +25,15 @@ import time
 import torch
 
 
+def quiet():
+    """No progress bars from transformers' save_pretrained in the logs."""
+    try:
+        from transformers.utils import logging
+        logging.disable_progress_bar()
+    except ImportError:
+        pass
+
+
 def seed_all(seed):
     random.seed(seed)
     torch.manual_seed(seed)
@@ -141,6 +150,7 @@ class Metrics:
 def save(d, actor, critic, tok, opts=None, state=None):
     """Write actor, critic, optimizers and state to directory d (atomically)."""
     d = pathlib.Path(d)
+    quiet()
     actor_sd = full_state_dict(actor)
     critic_sd = full_state_dict(critic) if critic is not None else None
     osd = None
