@@ -54,7 +54,10 @@ class RolloutCfg:
     max_tool_output_tokens: int = 4096  # a tool result longer than this keeps head and tail
     max_turns: int = 150
     parallel: int = 8  # episodes in flight
-    final_eval: bool = True  # finish profiles the workspace as left (else best recorded only)
+    final_eval: bool = True  # agent episodes: finish profiles the workspace as left (else the
+    #                          best evaluation the agent's ./verify and ./profile recorded)
+    eval_stage: str = "profile"  # single-turn answers: evaluate's stage (verify: reward 1 at
+    #                              most, untimed; the CPU tests use it: CPU profiling is slow)
 
 
 @dataclasses.dataclass

@@ -107,7 +107,7 @@ class ScriptedEngine:
 
     def _generate(self, prompt_ids, max_new_tokens):
         text = self.replies.pop(0) if self.replies else ""
-        ids = (self.fmt.encode(text) + [self.fmt.eos])[:max_new_tokens]
+        ids = self.fmt.encode(text) + [self.fmt.eos]  # a script is played whole
         with self.lock, torch.no_grad():
             x = torch.tensor([list(prompt_ids) + ids])
             self.actor.eval()
@@ -327,9 +327,9 @@ def _trim(s):
 
 async def single_turn_episode(env, engine, fmt, tok, rcfg, max_new_tokens, task, seed):
     """Stage 1's episode: SKILL.md + the task, one answer with every file, written into the
-    episode's workspace through the server's Read/Write tools, then finish: the evaluator
-    profiles the workspace and its reward is the sample's. An answer with no file is scored by
-    finish without an evaluation (-1)."""
+    episode's workspace through the server's Read/Write tools, evaluated (rollout.eval_stage,
+    default profile), then finish: its reward (the evaluation's) is the sample's. An answer
+    with no file is scored by finish without an evaluation (-1)."""
     st = await env.start(task, seed)
     ep = st["episode_id"]
     messages = [{"role": "system", "content": st["system_prompt"] + chat.SINGLE_TURN_NOTE},
@@ -350,7 +350,9 @@ async def single_turn_episode(env, engine, fmt, tok, rcfg, max_new_tokens, task,
                                                  "content": content})
         s.tool_calls += 1
         s.malformed += err
-    s.result = await env.finish(ep, bool(files))
+    if files:
+        await env.call(ep, "evaluate", {"stage": rcfg.eval_stage})
+    s.result = await env.finish(ep, False)
     s.reward = float(s.result["reward"])
     return s
 

@@ -139,7 +139,7 @@ def ppo_stage(cfg, name, env_factory=None):
                 jobs = [(tasks[(step * p.batch_episodes + i) % len(tasks)],
                          cfg.seed * 1_000_003 + step * 10_007 + i, None)
                         for i in range(p.batch_episodes)]
-                jobs += [(j["task"], cfg.seed + step, j) for j in inject]
+                jobs += [(j.get("task") or tasks[0], cfg.seed + step, j) for j in inject]
 
                 async def one(job):
                     task, seed, script = job
@@ -210,7 +210,8 @@ def collect_stage(cfg):
             jobs = [(f"{t}/{k}", t, cfg.seed * 1_000_003 + i * cfg.collect.episodes_per_task + k,
                      None) for i, t in enumerate(tasks)
                     for k in range(cfg.collect.episodes_per_task)]
-            jobs += [(f"inject/{i}", j["task"], cfg.seed + i, j) for i, j in enumerate(inject)]
+            jobs += [(f"inject/{i}", j.get("task") or tasks[0], cfg.seed + i, j)
+                     for i, j in enumerate(inject)]
             jobs = [j for j in jobs if j[0] not in have]
             f = open(out, "a")
 
