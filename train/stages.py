@@ -132,7 +132,6 @@ def ppo_stage(cfg, name, env_factory=None):
     rc = cfg.rollout
 
     async def main():
-        nonlocal start
         async with (env_factory or (lambda: R.McpEnv(cfg.server)))() as env:
             tasks = await _tasks(ctx, env)
             for step in range(start, p.steps):

@@ -11,7 +11,6 @@ value targets are exercised for real: the evaluator scores them.
 """
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -24,7 +23,9 @@ pytest.importorskip("mcp")
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "py"))
-from test_serve import CA, CPU, TASK, env, require_cpu_evaluator  # noqa: E402,F401
+from test_serve import CA, CPU, TASK, env, require_cpu_evaluator  # noqa: E402
+
+FIXTURES = (env,)  # test_serve's sandbox-probing server environment, used as a fixture here
 
 SOL = CPU / "sol"
 FILES = ["model_new.py", "kernels/swish_cpu.cu", "kernels/swish_cpu_binding.cpp"]
