@@ -167,3 +167,23 @@ def load(path):
 
 def to_dict(cfg):
     return dataclasses.asdict(cfg)
+
+
+def override(cfg, kv):
+    """Apply "section.key=VALUE" (VALUE as JSON when it parses, else the string)."""
+    key, eq, raw = kv.partition("=")
+    if not eq:
+        raise ValueError(f"--set {kv!r}: expected KEY=VALUE")
+    try:
+        val = json.loads(raw)
+    except ValueError:
+        val = raw
+    *path, last = key.split(".")
+    obj = cfg
+    for p in path:
+        if not dataclasses.is_dataclass(obj) or not hasattr(obj, p):
+            raise ValueError(f"--set {key}: no section {p!r}")
+        obj = getattr(obj, p)
+    if not dataclasses.is_dataclass(obj) or last not in {f.name for f in dataclasses.fields(obj)}:
+        raise ValueError(f"--set {key}: unknown key {last!r}")
+    setattr(obj, last, val)

@@ -305,11 +305,19 @@ def main(stage=None, argv=None):
                                  description="cuda-agent's staged PPO trainer (train/README.md)")
     ap.add_argument("--config", required=True, help="a .toml or .json file (train/configs/)")
     ap.add_argument("--out-dir", help="overrides the config's out_dir")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one setting, e.g. --set model.path=DIR --set ppo.steps=5 "
+                         "(VALUE is JSON when it parses, else a string)")
     if stage is None:
         ap.add_argument("--stages", default=",".join(ORDER),
                         help="comma-separated subset of " + ",".join(ORDER))
     a = ap.parse_args(argv)
     cfg = C.load(a.config)
+    for kv in a.set:
+        try:
+            C.override(cfg, kv)
+        except ValueError as e:
+            ap.error(str(e))
     if a.out_dir:
         cfg.out_dir = a.out_dir
     names = [stage] if stage else [s for s in a.stages.split(",") if s]
