@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from train import algo, model as M
+from train import algo, model as M, runtime as RT
 
 
 def batch_tensors(samples, pad_id):
@@ -47,7 +47,21 @@ def _grad_norm(params, max_norm):
     params = [p for p in params if p.grad is not None]
     if not params:
         return 0.0
-    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    n = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return float(n.full_tensor() if hasattr(n, "full_tensor") else n)
+
+
+def _global_tokens(n):
+    """(tokens of the minibatch over every rank, gradient scale). FSDP averages gradients over
+    the ranks, so each rank's token share is multiplied by the world size to make the result
+    the token mean of the global minibatch."""
+    w = RT.world()
+    if w == 1:
+        return n, 1.0
+    import torch.distributed as dist
+    g = n.clone()
+    dist.all_reduce(g)
+    return g, float(w)
 
 
 def ppo_update(actor, critic, opt_a, opt_c, samples, pcfg, pad_id, ref=None, train_actor=True):
@@ -89,15 +103,16 @@ def ppo_update(actor, critic, opt_a, opt_c, samples, pcfg, pad_id, ref=None, tra
     actor.train()
     critic.train()
     for mb in mbs:
-        ntok = mask[mb].sum().clamp(min=1)
+        ntok, scale = _global_tokens(mask[mb].sum())
+        ntok = ntok.clamp(min=1)
         opt_a.zero_grad(set_to_none=True)
         opt_c.zero_grad(set_to_none=True)
         for c in _chunks(mb.stop - mb.start, micro):
             sl = slice(mb.start + c.start, mb.start + c.stop)
             mk = mask[sl]
-            share = (mk.sum() / ntok).item()
-            if share == 0:
-                continue
+            share = (mk.sum() / ntok).item() * scale
+            if share == 0 and scale == 1.0:
+                continue  # (under FSDP every rank runs every micro-batch: collectives)
             if train_actor:
                 lp, ent = M.seq_logprobs(actor, ids[sl], att[sl], with_entropy=True)
                 pg, pm = algo.policy_loss(lp, prox[sl], adv[sl], mk, pcfg.clip_low,

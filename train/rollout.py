@@ -147,7 +147,9 @@ class McpEnv:
         c = self.cfg
         if c.transport == "stdio":
             cmd = os.environ.get("CUDA_AGENT") or c.command
-            target = StdioServerParameters(command=cmd, args=["serve", "--stdio", *c.args],
+            # "{rank}" in an argument: each torchrun rank's server gets its own --root.
+            args = [a.replace("{rank}", os.environ.get("RANK", "0")) for a in c.args]
+            target = StdioServerParameters(command=cmd, args=["serve", "--stdio", *args],
                                            env=dict(os.environ))
         elif c.transport == "http":
             target = c.url

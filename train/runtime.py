@@ -99,6 +99,14 @@ def full_state_dict(module):
                                                                  cpu_offload=True))
 
 
+def gathered_state_dict(module):
+    """The full (unsharded) state dict on every rank, for the rollout copy of the actor."""
+    if world() == 1:
+        return module.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True))
+
+
 def full_optim_state(module, opt):
     if world() == 1:
         return opt.state_dict()
@@ -191,8 +199,17 @@ def load_critic(critic, d):
     critic.load_state_dict(torch.load(pathlib.Path(d) / "critic.pt", weights_only=True))
 
 
-def load_optims(d, opts):
+def load_optims(d, modules, opts):
+    """The optimizers' state from d (written by save: full state dicts), into plain or
+    FSDP2-sharded optimizers (every rank reads the file)."""
     osd = torch.load(pathlib.Path(d) / "optim.pt", weights_only=False)
-    opts[0].load_state_dict(osd["actor"])
-    if opts[1] is not None and osd["critic"] is not None:
-        opts[1].load_state_dict(osd["critic"])
+    for m, o, k in ((modules[0], opts[0], "actor"), (modules[1], opts[1], "critic")):
+        if o is None or osd.get(k) is None:
+            continue
+        if world() == 1:
+            o.load_state_dict(osd[k])
+        else:
+            from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                                 set_optimizer_state_dict)
+            set_optimizer_state_dict(m, o, osd[k],
+                                     options=StateDictOptions(full_state_dict=True))

@@ -115,13 +115,17 @@ def ppo_stage(cfg, name, env_factory=None):
     ref = None
     if p.kl_coef > 0:
         ref = copy.deepcopy(actor).eval().requires_grad_(False)
+    # Under torchrun each rank samples with its own unsharded copy of the actor (FSDP's
+    # forward is a collective: ranks generating replies of different lengths would hang),
+    # refreshed from the sharded actor after every update. Large models use the openai engine.
+    gen_actor = copy.deepcopy(actor) if RT.world() > 1 else actor
     RT.shard(actor)
     RT.shard(critic)
     opt_a = torch.optim.AdamW(actor.parameters(), lr=p.actor_lr, weight_decay=p.weight_decay)
     opt_c = torch.optim.AdamW(critic.parameters(), lr=p.critic_lr, weight_decay=p.weight_decay)
     start = 0
     if ck:
-        RT.load_optims(ck, (opt_a, opt_c))
+        RT.load_optims(ck, (actor, critic), (opt_a, opt_c))
         st = RT.load_state(ck)
         start = st["step"]
         RT.set_rng_state(st["rng"])
@@ -139,13 +143,17 @@ def ppo_stage(cfg, name, env_factory=None):
                          cfg.seed * 1_000_003 + step * 10_007 + i, None)
                         for i in range(p.batch_episodes)]
                 jobs += [(j.get("task") or tasks[0], cfg.seed + step, j) for j in inject]
+                if len(jobs) % RT.world():
+                    raise ValueError(f"{len(jobs)} episodes a step (batch_episodes + inject) do "
+                                     f"not split over {RT.world()} ranks")
+                jobs = jobs[RT.rank()::RT.world()]
 
                 async def one(job):
                     task, seed, script = job
-                    eng = _engine(ctx, actor, seed)
+                    eng = _engine(ctx, gen_actor, seed)
                     if script is not None:
                         eng = R.ScriptedEngine([script["reply"]] if single else
-                                               script["replies"], ctx.fmt, actor)
+                                               script["replies"], ctx.fmt, gen_actor)
                     if single:
                         s = await R.single_turn_episode(env, eng, ctx.fmt, ctx.tok, rc,
                                                         cfg.warmup.max_new_tokens, task, seed)
@@ -159,7 +167,8 @@ def ppo_stage(cfg, name, env_factory=None):
                 roll_s = time.perf_counter() - t0
                 rdir = ctx.dir / "rollouts"
                 rdir.mkdir(exist_ok=True)
-                (rdir / f"step-{step + 1:06d}.jsonl").write_text(
+                part = f".rank-{RT.rank()}" if RT.world() > 1 else ""
+                (rdir / f"step-{step + 1:06d}{part}.jsonl").write_text(
                     "".join(s.to_json() + "\n" for s in samples))
                 m = U.sample_metrics(samples, roll_s)
                 m.update(U.ppo_update(actor, critic, opt_a, opt_c, samples, p, ctx.pad, ref,
@@ -168,6 +177,8 @@ def ppo_stage(cfg, name, env_factory=None):
                 _log(ctx, f"step {step + 1}/{p.steps}: reward {m['reward_mean']:+.3f} "
                      f"entropy {m['entropy']:.3f} clip {m['clip_frac']:.3f} "
                      f"ev {m['explained_variance']:.3f} kl {m.get('kl_post_update', 0):.2e}")
+                if gen_actor is not actor:
+                    gen_actor.load_state_dict(RT.gathered_state_dict(actor))
                 if sync:
                     sync(actor, step + 1, cfg)
                 if (step + 1) % p.save_every == 0 or step + 1 == p.steps:
