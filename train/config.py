@@ -120,6 +120,7 @@ class RFTCfg:
     value_epochs: int = 2
     value_lr: float = 6e-6
     value_on: str = "all"  # all | kept: the trajectories the critic is pretrained on
+    batch: int = 64  # trajectories per optimizer step
     micro_batch: int = 4
 
 

@@ -88,12 +88,12 @@ def seq_logprobs(actor, ids, att, with_entropy=False):
     """log p(ids[:, t] | ids[:, <t]) for t >= 1 at index t (index 0 is 0), and the entropy of
     the distribution each token was drawn from."""
     logits = actor(input_ids=ids, attention_mask=att, use_cache=False).logits[:, :-1]
-    lp = torch.zeros(ids.shape, dtype=torch.float32)
+    lp = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
     from train import algo
     lp[:, 1:] = algo.token_logprobs(logits, ids[:, 1:])
     ent = None
     if with_entropy:
-        ent = torch.zeros(ids.shape, dtype=torch.float32)
+        ent = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
         ent[:, 1:] = algo.entropy_from_logits(logits)
     return lp, ent
 
@@ -101,7 +101,7 @@ def seq_logprobs(actor, ids, att, with_entropy=False):
 def seq_values(critic, ids, att):
     """The value of the state before token t, at index t (read at position t - 1)."""
     v = critic(ids, att)
-    out = torch.zeros(ids.shape, dtype=torch.float32)
+    out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
     out[:, 1:] = v[:, :-1].float()
     return out
 

@@ -21,7 +21,8 @@ import torch
 from train import algo, model as M, runtime as RT
 
 
-def batch_tensors(samples, pad_id):
+def batch_tensors(samples, pad_id, device=None):
+    """(ids, attention, action mask, rollout log-probs, rewards) on `device` (default CPU)."""
     ids, att = M.pad_batch([s.tokens for s in samples], pad_id)
     B, T = ids.shape
     mask = torch.zeros((B, T))
@@ -31,6 +32,8 @@ def batch_tensors(samples, pad_id):
         lp[i, :len(s.logprobs)] = torch.tensor(s.logprobs, dtype=torch.float32)
     mask[:, 0] = 0  # the first token has no log-prob
     scores = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    if device is not None:
+        return ids.to(device), att.to(device), mask.to(device), lp.to(device), scores
     return ids, att, mask, lp, scores
 
 
@@ -67,16 +70,18 @@ def _global_tokens(n):
 def ppo_update(actor, critic, opt_a, opt_c, samples, pcfg, pad_id, ref=None, train_actor=True):
     """One update on `samples`; returns the step's metrics (floats)."""
     t0 = time.perf_counter()
-    ids, att, mask, roll_lp, scores = batch_tensors(samples, pad_id)
+    dev = next(actor.parameters()).device
+    ids, att, mask, roll_lp, scores = batch_tensors(samples, pad_id)  # GAE on the CPU
+    ids, att = ids.to(dev), att.to(dev)
     micro = pcfg.micro_batch
     actor.eval()
     critic.eval()
-    old_lp = _forward_all(lambda i, a: M.seq_logprobs(actor, i, a)[0], ids, att, micro)
-    values = _forward_all(lambda i, a: M.seq_values(critic, i, a), ids, att, micro) * mask
+    old_lp = _forward_all(lambda i, a: M.seq_logprobs(actor, i, a)[0], ids, att, micro).cpu()
+    values = _forward_all(lambda i, a: M.seq_values(critic, i, a), ids, att, micro).cpu() * mask
     rewards = algo.terminal_rewards(scores, mask)
     kl_ref = 0.0
     if ref is not None and pcfg.kl_coef > 0:
-        ref_lp = _forward_all(lambda i, a: M.seq_logprobs(ref, i, a)[0], ids, att, micro)
+        ref_lp = _forward_all(lambda i, a: M.seq_logprobs(ref, i, a)[0], ids, att, micro).cpu()
         rewards = rewards - pcfg.kl_coef * (old_lp - ref_lp) * mask
         kl_ref = algo.kl_k3(old_lp, ref_lp, mask).item()
     adv, ret = algo.gae(rewards, values, mask, pcfg.gamma, pcfg.lam)
@@ -97,6 +102,8 @@ def ppo_update(actor, critic, opt_a, opt_c, samples, pcfg, pad_id, ref=None, tra
         raw = torch.exp(old_lp - roll_lp)
         m["tis_weight_mean"] = algo.masked_mean(isw, mask).item()
         m["tis_truncated_frac"] = algo.masked_mean((raw > pcfg.tis_cap).float(), mask).item()
+    mask, adv, ret, prox, values = (x.to(dev) for x in (mask, adv, ret, prox, values))
+    isw = isw.to(dev) if isw is not None else None
     acc = {"pg_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
            "grad_norm_actor": 0.0, "grad_norm_critic": 0.0}
     mbs = _chunks(len(samples), -(-len(samples) // max(1, pcfg.minibatches)))
@@ -137,8 +144,11 @@ def ppo_update(actor, critic, opt_a, opt_c, samples, pcfg, pad_id, ref=None, tra
     if pcfg.post_update_kl and train_actor:
         actor.eval()
         new_lp = _forward_all(lambda i, a: M.seq_logprobs(actor, i, a)[0], ids, att, micro)
-        m["kl_post_update"] = algo.kl_k3(old_lp, new_lp, mask).item()
+        m["kl_post_update"] = algo.kl_k3(old_lp.to(dev), new_lp, mask).item()
     m["update_s"] = time.perf_counter() - t0
+    if torch.cuda.is_available():
+        m["gpu_mem_max_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        m["gpu_mem_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
     m["train_tokens_per_s"] = float(att.sum()) / max(m["update_s"], 1e-9)
     return m
 
@@ -164,40 +174,51 @@ def sample_metrics(samples, rollout_s):
 
 # ---- stage 3 ----
 
-def sft_epoch(actor, opt, samples, pad_id, micro, max_grad_norm=1.0):
+def sft_epoch(actor, opt, samples, pad_id, micro, batch=64, max_grad_norm=1.0):
     """One epoch of token-mean NLL on the samples' action tokens (tool outputs and prompts are
-    context only). Returns the mean loss."""
-    ids, att, mask, _, _ = batch_tensors(samples, pad_id)
+    context only), one optimizer step per `batch` samples. Returns the mean loss."""
     actor.train()
-    ntok = mask.sum().clamp(min=1)
-    opt.zero_grad(set_to_none=True)
-    total = 0.0
-    for c in _chunks(len(samples), micro):
-        lp, _ = M.seq_logprobs(actor, ids[c], att[c])
-        loss = -(lp * mask[c]).sum() / ntok
-        loss.backward()
-        total += loss.item()
-    _grad_norm(actor.parameters(), max_grad_norm)
-    opt.step()
-    return total
+    total, n = 0.0, 0
+    for b in _chunks(len(samples), batch):
+        ids, att, mask, _, _ = batch_tensors(samples[b], pad_id,
+                                             next(actor.parameters()).device)
+        ntok = mask.sum().clamp(min=1)
+        opt.zero_grad(set_to_none=True)
+        for c in _chunks(ids.shape[0], micro):
+            lp, _ = M.seq_logprobs(actor, ids[c], att[c])
+            loss = -(lp * mask[c]).sum() / ntok
+            loss.backward()
+            total += loss.item()
+        n += 1
+        _grad_norm(actor.parameters(), max_grad_norm)
+        opt.step()
+    return total / max(1, n)
 
 
-def value_epoch(critic, opt, samples, pad_id, micro, gamma, lam, max_grad_norm=1.0):
+def value_epoch(critic, opt, samples, pad_id, micro, gamma, lam, batch=64, max_grad_norm=1.0):
     """One epoch of value pretraining: GAE(lambda) returns computed with the critic's current
-    values are the per-token targets (recomputed each epoch, so the targets bootstrap)."""
-    ids, att, mask, _, scores = batch_tensors(samples, pad_id)
-    critic.eval()
-    values = _forward_all(lambda i, a: M.seq_values(critic, i, a), ids, att, micro) * mask
-    _, ret = algo.gae(algo.terminal_rewards(scores, mask), values, mask, gamma, lam)
-    critic.train()
-    ntok = mask.sum().clamp(min=1)
-    opt.zero_grad(set_to_none=True)
-    total = 0.0
-    for c in _chunks(len(samples), micro):
-        v = M.seq_values(critic, ids[c], att[c])
-        loss = 0.5 * (((v - ret[c]) ** 2) * mask[c]).sum() / ntok
-        loss.backward()
-        total += loss.item()
-    _grad_norm(critic.parameters(), max_grad_norm)
-    opt.step()
-    return total, algo.explained_variance(values, ret, mask)
+    values are the per-token targets (recomputed every batch, so the targets bootstrap), one
+    optimizer step per `batch` samples. Returns (mean loss, explained variance before)."""
+    total, n, evs = 0.0, 0, []
+    for b in _chunks(len(samples), batch):
+        ids, att, mask, _, scores = batch_tensors(samples[b], pad_id)
+        dev = next(critic.parameters()).device
+        ids, att = ids.to(dev), att.to(dev)
+        critic.eval()
+        values = _forward_all(lambda i, a: M.seq_values(critic, i, a), ids, att, micro).cpu()
+        values = values * mask
+        _, ret = algo.gae(algo.terminal_rewards(scores, mask), values, mask, gamma, lam)
+        mask, ret = mask.to(dev), ret.to(dev)
+        evs.append(algo.explained_variance(values, ret, mask))
+        critic.train()
+        ntok = mask.sum().clamp(min=1)
+        opt.zero_grad(set_to_none=True)
+        for c in _chunks(ids.shape[0], micro):
+            v = M.seq_values(critic, ids[c], att[c])
+            loss = 0.5 * (((v - ret[c]) ** 2) * mask[c]).sum() / ntok
+            loss.backward()
+            total += loss.item()
+        n += 1
+        _grad_norm(critic.parameters(), max_grad_norm)
+        opt.step()
+    return total / max(1, n), sum(evs) / max(1, len(evs))

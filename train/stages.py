@@ -283,19 +283,22 @@ def rft_stage(cfg):
          "kept_tasks": sorted({s.task for s in kept})}, indent=1))
     _log(ctx, f"{len(kept)} of {len(samples)} trajectories kept ({why})")
     actor, critic = ctx.models()
+    dev = RT.init_distributed()  # (one process: stage 3 is small; no sharding)
+    actor.to(dev)
+    critic.to(dev)
     metrics = RT.Metrics(ctx.dir, cfg.tensorboard)
     r = cfg.rft
     if kept:
         opt = torch.optim.AdamW(actor.parameters(), lr=r.lr)
         for e in range(r.epochs):
-            loss = U.sft_epoch(actor, opt, kept, ctx.pad, r.micro_batch)
+            loss = U.sft_epoch(actor, opt, kept, ctx.pad, r.micro_batch, r.batch)
             metrics.log("rft", e + 1, {"sft_loss": loss, "kept": len(kept)})
     vsamples = samples if r.value_on == "all" else kept
     if vsamples:
         opt = torch.optim.AdamW(critic.parameters(), lr=r.value_lr)
         for e in range(r.value_epochs):
             loss, ev = U.value_epoch(critic, opt, vsamples, ctx.pad, r.micro_batch,
-                                     cfg.ppo.gamma, cfg.ppo.lam)
+                                     cfg.ppo.gamma, cfg.ppo.lam, r.batch)
             metrics.log("value", e + 1, {"value_loss": loss, "explained_variance": ev})
     metrics.close()
     RT.save(ctx.dir / "final", actor, critic, ctx.tok, None,

@@ -152,7 +152,7 @@ def test_checkpoint_round_trip(tmp_path):
     RT.load_critic(c2, d)
     oa2 = torch.optim.AdamW(a2.parameters(), lr=1e-3)
     oc2 = torch.optim.AdamW(c2.parameters(), lr=1e-3)
-    RT.load_optims(d, (oa2, oc2))
+    RT.load_optims(d, (a2, c2), (oa2, oc2))
     for m1, m2 in ((actor, a2), (critic, c2)):
         s1, s2 = m1.state_dict(), m2.state_dict()
         assert s1.keys() == s2.keys()

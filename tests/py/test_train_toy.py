@@ -5,7 +5,7 @@ The toy: two turns of at most 8 sampled tokens, a fixed tool output ("ZZZZ ZZZZ"
 them, reward 2 * (share of the sampled characters that are lowercase letters) - 1. A random
 262-token byte model starts near -0.8. With the loss sign flipped, or the loss taken over the
 tool-output tokens instead of the sampled ones, the mean reward does not rise (checked once by
-hand: see train/README.md, "Tests").
+hand: see docs/internals/train.md, "Tests").
 """
 
 import contextlib
