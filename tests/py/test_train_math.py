@@ -166,3 +166,42 @@ def test_checkpoint_round_trip(tmp_path):
                        M.seq_logprobs(a2, x, torch.ones_like(x))[0])
     assert torch.equal(M.seq_values(critic, x, torch.ones_like(x)),
                        M.seq_values(c2, x, torch.ones_like(x)))
+
+
+def test_tool_call_and_file_parsing():
+    from train import chat
+    known = {"Bash", "Read"}
+    calls = chat.parse_tool_calls(
+        'x <tool_call>{"name": "Bash", "arguments": {"command": "ls"}}</tool_call> y '
+        '<tool_call>{"name": "Nope", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "Read", "arguments": "{\\"file_path\\": \\"a\\"}"}</tool_call>'
+        '<tool_call>{not json</tool_call><tool_call>[1]</tool_call>', known)
+    assert [(n, a) for n, a, _ in calls[:3]] == [("Bash", {"command": "ls"}), ("Nope", {}),
+                                                 ("Read", {"file_path": "a"})]
+    errs = [e for _, _, e in calls]
+    assert errs[0] is None and errs[2] is None
+    assert "unknown tool 'Nope'" in errs[1] and "<tool_call>" in errs[3]
+    assert "JSON object" in errs[4] and len(calls) == 5
+    assert chat.parse_tool_calls("no calls here", known) == []
+    files = chat.parse_files('<file path="kernels/a.cu">\nint x;\n</file> and '
+                             '<file path="/workspace/model_new.py">m</file>')
+    assert files == {"kernels/a.cu": "int x;\n", "model_new.py": "m"}
+    tok = chat.ByteTokenizer()
+    text = "<|user|>\nhé<|end|>"
+    ids = tok.encode(text)
+    assert ids[0] == tok.special["<|user|>"] and ids[-1] == tok.eos_token_id
+    assert tok.decode(ids) == "<|user|>\nhé"  # eos is not text
+
+
+def test_rft_filter():
+    from train import config as C, rollout as R, stages
+    mk = lambda **k: R.Sample(task="t", mode="agent", tokens=[1, 2], mask=[0, 1],
+                              logprobs=[0, -1], prompt_len=1, **k)
+    good = mk(reward=2.0, max_repeat=1)
+    samples = [good, mk(reward=-1.0), mk(reward=1.0, malformed=1), mk(reward=3.0, max_repeat=3),
+               mk(reward=1.0, max_repeat=2)]
+    kept, why = stages.rft_filter(samples, C.RFTCfg())
+    assert kept == [good, samples[4]]
+    assert why == {"low_reward": 1, "malformed": 1, "looping": 1}
+    kept, why = stages.rft_filter([mk(reward=-1.0)] * 3, C.RFTCfg())
+    assert kept == [] and why["low_reward"] == 3
