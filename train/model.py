@@ -8,6 +8,7 @@ give log p(token t).
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 
 from train import chat
 
@@ -84,17 +85,39 @@ def pad_batch(seqs, pad_id):
     return ids, att
 
 
+HEAD_CHUNK = 1024  # positions per LM-head chunk (logits of a 150k vocabulary: 0.6 MB each)
+
+
+def _head_chunk(head, h, nxt):
+    logits = head(h).float()
+    logp = torch.log_softmax(logits, dim=-1)
+    lp = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
+    ent = -(logp.exp() * logp).sum(-1)
+    return lp, ent
+
+
 def seq_logprobs(actor, ids, att, with_entropy=False):
     """log p(ids[:, t] | ids[:, <t]) for t >= 1 at index t (index 0 is 0), and the entropy of
-    the distribution each token was drawn from."""
-    logits = actor(input_ids=ids, attention_mask=att, use_cache=False).logits[:, :-1]
-    lp = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
-    from train import algo
-    lp[:, 1:] = algo.token_logprobs(logits, ids[:, 1:])
-    ent = None
-    if with_entropy:
-        ent = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
-        ent[:, 1:] = algo.entropy_from_logits(logits)
+    the distribution each token was drawn from. The LM head runs over HEAD_CHUNK positions at
+    a time (recomputed in the backward pass under grad), so the [B, T, vocab] logits never
+    exist at once: at 32k tokens and a 150k vocabulary they would be 19 GB in fp32."""
+    base = actor.base_model if hasattr(actor, "base_model") else actor.model
+    h = base(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state[:, :-1]
+    head = actor.get_output_embeddings()
+    nxt = ids[:, 1:]
+    lps, ents = [], []
+    for s in range(0, h.shape[1], HEAD_CHUNK):
+        hc, nc = h[:, s:s + HEAD_CHUNK], nxt[:, s:s + HEAD_CHUNK]
+        if torch.is_grad_enabled():
+            lp, ent = torch.utils.checkpoint.checkpoint(_head_chunk, head, hc, nc,
+                                                        use_reentrant=False)
+        else:
+            lp, ent = _head_chunk(head, hc, nc)
+        lps.append(lp)
+        ents.append(ent)
+    zero = torch.zeros((ids.shape[0], 1), dtype=torch.float32, device=ids.device)
+    lp = torch.cat([zero] + lps, dim=1)
+    ent = torch.cat([zero] + ents, dim=1) if with_entropy else None
     return lp, ent
 
 

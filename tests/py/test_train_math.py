@@ -205,3 +205,28 @@ def test_rft_filter():
     assert why == {"low_reward": 1, "malformed": 1, "looping": 1}
     kept, why = stages.rft_filter([mk(reward=-1.0)] * 3, C.RFTCfg())
     assert kept == [] and why["low_reward"] == 3
+
+
+def test_chunked_lm_head_matches_full_logits(monkeypatch):
+    """seq_logprobs runs the LM head in chunks (with recomputation under grad): the same
+    log-probs, entropies and gradients as the model's full logits."""
+    pytest.importorskip("transformers")
+    from train import config as C, model as M
+    cfg = C.Config()
+    cfg.model.hidden, cfg.model.layers = 32, 1
+    tok = M.load_tokenizer(cfg.model)
+    torch.manual_seed(0)
+    a = M.build_actor(cfg.model, tok)
+    x = torch.randint(0, 256, (2, 23))
+    att = torch.ones_like(x)
+    monkeypatch.setattr(M, "HEAD_CHUNK", 5)
+    lp, ent = M.seq_logprobs(a, x, att, with_entropy=True)
+    logits = a(input_ids=x, attention_mask=att).logits[:, :-1]
+    ref = algo.token_logprobs(logits, x[:, 1:])
+    assert torch.allclose(lp[:, 1:], ref, atol=1e-6) and (lp[:, 0] == 0).all()
+    assert torch.allclose(ent[:, 1:], algo.entropy_from_logits(logits), atol=1e-5)
+    lp.sum().backward()
+    g = a.lm_head.weight.grad.clone()
+    a.zero_grad()
+    ref.sum().backward()
+    assert torch.allclose(a.lm_head.weight.grad, g, atol=1e-5)
