@@ -10,7 +10,8 @@ Two tokenizers:
 The format is token-in, token-out: a trajectory is one token sequence; the model's replies are
 kept as the ids it sampled (never re-tokenised), and only the environment's text (tool results,
 the next turn's header) is tokenised. `ChatFormat.delta_ids` gives the ids to append after a
-reply for the tool messages that follow it.
+reply for the tool messages that follow it, so that the sequence decodes to what the template
+renders for the whole conversation.
 
 Tool calls are text-form `<tool_call>{"name": TOOL, "arguments": {...}}</tool_call>`, the form
 `cuda-agent run`'s parser accepts for models served without a tool parser
@@ -107,18 +108,24 @@ class ChatFormat:
     def prompt_ids(self, messages, tools=None):
         return self.encode(self.render(messages, tools, True))
 
-    def delta_ids(self, messages, reply, tool_messages, tools=None):
-        """Ids to append after the sampled reply (which ended with eos or was cut) for the
-        tool messages and the next assistant header. With a Hugging Face template: the text the
-        template adds for them, as the difference of two renderings."""
-        if not self.hf:
-            return self.encode(self._render_builtin(tool_messages, None, True))
+    def eos_text(self):
+        return "<|end|>" if not self.hf else self.tok.eos_token
+
+    def delta_ids(self, messages, reply, tool_messages, tools=None, ended=True):
+        """Ids to append after a sampled reply for the tool messages that answer it and the
+        next assistant header: the text the template adds after the reply's content, as the
+        difference of two renderings, less the eos the model already sampled (`ended`; a reply
+        cut at max_new_tokens gets the template's end-of-turn text here). A template that
+        rewrites earlier turns falls back to rendering the tool messages on their own."""
         a = messages + [{"role": "assistant", "content": reply}]
         before = self.render(a, tools, False)
         after = self.render(a + tool_messages, tools, True)
-        if after.startswith(before):
-            return self.encode(after[len(before):])
-        # Templates that rewrite earlier turns: the tool messages rendered on their own.
+        at = before.rfind(reply) if reply else len(before.rstrip())
+        if after.startswith(before) and at >= 0:
+            tail = before[at + len(reply):] if reply else ""
+            if ended and tail.startswith(self.eos_text()):
+                tail = tail[len(self.eos_text()):]
+            return self.encode(tail + after[len(before):])
         return self.encode("".join(self.render([m], None, False) for m in tool_messages)
                            + self.render([], None, True))
 

@@ -288,7 +288,7 @@ async def agent_episode(env, engine, fmt, tok, rcfg, task, seed):
             s.stop = "context"
             break
         t0 = time.perf_counter()
-        ids, lps, _ = await engine.generate(s.tokens, min(rcfg.max_new_tokens, room))
+        ids, lps, ended = await engine.generate(s.tokens, min(rcfg.max_new_tokens, room))
         s.gen_s += time.perf_counter() - t0
         s.tokens += ids
         s.mask += [1] * len(ids)
@@ -308,7 +308,8 @@ async def agent_episode(env, engine, fmt, tok, rcfg, task, seed):
         if tool_msgs is None:
             s.stop = "answer"
             break
-        delta = fmt.delta_ids(messages + s.messages[:-1], reply, tool_msgs, env.agent_tools)
+        delta = fmt.delta_ids(messages + s.messages[:-1], reply, tool_msgs, env.agent_tools,
+                              ended)
         s.messages += tool_msgs
         s.tokens += delta
         s.mask += [0] * len(delta)
