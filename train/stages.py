@@ -86,6 +86,12 @@ async def _tasks(ctx, env):
     return t
 
 
+def _seed(cfg, stage, k):
+    """Episode k's sampling seed: fixed by the run's seed, the stage and k (so a resumed step
+    samples what it sampled before, and no two stages share a stream)."""
+    return (cfg.seed * 1_000_003 + ORDER.index(stage) * 100_000_007 + k) % 2**63
+
+
 def _log(ctx, msg):
     if RT.rank() == 0:
         print(f"[{ctx.name}] {msg}", file=sys.stderr, flush=True)
@@ -140,7 +146,7 @@ def ppo_stage(cfg, name, env_factory=None):
             tasks = await _tasks(ctx, env)
             for step in range(start, p.steps):
                 jobs = [(tasks[(step * p.batch_episodes + i) % len(tasks)],
-                         cfg.seed * 1_000_003 + step * 10_007 + i, None)
+                         _seed(cfg, name, step * 10_007 + i), None)
                         for i in range(p.batch_episodes)]
                 jobs += [(j.get("task") or tasks[0], cfg.seed + step, j) for j in inject]
                 if len(jobs) % RT.world():
@@ -217,8 +223,9 @@ def collect_stage(cfg):
     async def main():
         async with R.McpEnv(cfg.server) as env:
             tasks = await _tasks(ctx, env)
-            jobs = [(f"{t}/{k}", t, cfg.seed * 1_000_003 + i * cfg.collect.episodes_per_task + k,
-                     None) for i, t in enumerate(tasks)
+            n = cfg.collect.episodes_per_task
+            jobs = [(f"{t}/{k}", t, _seed(cfg, "collect", i * n + k), None)
+                    for i, t in enumerate(tasks)
                     for k in range(cfg.collect.episodes_per_task)]
             jobs += [(f"inject/{i}", j.get("task") or tasks[0], cfg.seed + i, j)
                      for i, j in enumerate(inject)]
