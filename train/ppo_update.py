@@ -166,6 +166,7 @@ def sample_metrics(samples, rollout_s):
          "seq_len_mean": seq.mean().item(), "episodes": len(samples),
          "turns_mean": sum(s.turns for s in samples) / len(samples),
          "malformed_calls": sum(s.malformed for s in samples),
+         "evaluate_errors": sum("evaluate_error" in s.result for s in samples),
          "rollout_s": rollout_s, "gen_tokens_per_s": gen / max(rollout_s, 1e-9)}
     for v in (-1, 1, 2, 3):
         m[f"reward_eq_{v}"] = int((r == v).sum())

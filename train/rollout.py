@@ -353,9 +353,12 @@ async def single_turn_episode(env, engine, fmt, tok, rcfg, max_new_tokens, task,
                                                  "content": content})
         s.tool_calls += 1
         s.malformed += err
+    ev_text, ev_err = "", False
     if files:
-        await env.call(ep, "evaluate", {"stage": rcfg.eval_stage})
+        ev_text, ev_err = await env.call(ep, "evaluate", {"stage": rcfg.eval_stage})
     s.result = await env.finish(ep, False)
+    if ev_err:  # the evaluator could not run (not a wrong answer): kept for the metrics
+        s.result["evaluate_error"] = ev_text[:2000]
     s.reward = float(s.result["reward"])
     return s
 

@@ -117,3 +117,19 @@ def test_toy_resume_is_identical(tmp_path):
     assert [x["step"] for x in mb] == [1, 2, 3, 4]
     for x, y in zip(ma[2:], mb[2:]):
         assert x["reward_mean"] == y["reward_mean"] and x["pg_loss"] == y["pg_loss"]
+
+
+def test_toy_options(tmp_path):
+    """A KL penalty against the stage's initial actor, several minibatches (the clip binds),
+    whitened advantages and one critic-only warm-up step."""
+    cfg = toy_config(tmp_path, 3)
+    p = cfg.ppo
+    p.kl_coef, p.minibatches, p.whiten_advantages, p.critic_warmup_steps = 0.05, 4, True, 1
+    p.micro_batch = 2
+    stages.ppo_stage(cfg, "ppo", toy)
+    m = rewards(tmp_path)
+    assert m[0]["kl_ref"] == 0 and m[0]["grad_norm_actor"] == 0 and "kl_post_update" not in m[0]
+    assert m[0]["grad_norm_critic"] > 0
+    assert m[2]["kl_ref"] > 0  # the actor moved away from the reference at step 2
+    assert max(x["clip_frac"] for x in m[1:]) > 0  # later minibatches see ratios off 1
+    assert abs(m[1]["advantage_mean"]) < 1e-5  # whitened
