@@ -151,3 +151,30 @@ def test_all_stages(env, tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "done" in r.stderr, r.stderr[-2000:]
     assert len(lines(run / "ppo" / "metrics.jsonl")) == 1
+
+
+def test_collect_over_http_with_token(env, tmp_path, monkeypatch):
+    """Stage 2 over Streamable HTTP to `serve --http` guarded by a bearer token."""
+    from test_serve import Server
+    from train import config as C, stages
+    s = Server(env, "train-http", token="train-secret")
+    try:
+        monkeypatch.setenv("TRAIN_TEST_TOKEN", "train-secret")
+        for k, v in env.items():
+            if not k.startswith("_"):
+                monkeypatch.setenv(k, v)
+        cfg = C.from_dict({
+            "out_dir": str(tmp_path / "run"), "tensorboard": False,
+            "model": {"hidden": 32, "layers": 1, "heads": 2},
+            "server": {"transport": "http", "url": s.url + "/mcp",
+                       "token_env": "TRAIN_TEST_TOKEN", "timeout_s": 120},
+            "rollout": {"max_prompt_tokens": 64, "max_new_tokens": 16, "max_turns": 2,
+                        "final_eval": False},
+            "collect": {"episodes_per_task": 2}})
+        stages.collect_stage(cfg)
+    finally:
+        assert s.stop() == 0
+    traj = lines(tmp_path / "run" / "collect" / "trajectories.jsonl")
+    assert len(traj) == 2 and all(t["reward"] == -1 and t["episode_id"] for t in traj)
+    for t in traj:
+        check_sample(t)
