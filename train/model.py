@@ -96,29 +96,53 @@ def _head_chunk(head, h, nxt):
     return lp, ent
 
 
+class _LogprobHead(nn.Module):
+    """Stands in for the LM head during one forward: instead of [B, T, vocab] logits it
+    returns [B, T, 2] (log-prob of the next token, entropy), computed HEAD_CHUNK positions at
+    a time (recomputed in the backward pass under grad). It runs inside the model's own
+    forward, so FSDP's hooks gather the head's weight as usual."""
+
+    def __init__(self, head, nxt):
+        super().__init__()
+        self.head = head
+        self.nxt = nxt
+
+    def forward(self, h):
+        h = h[:, :-1]
+        out = []
+        for s in range(0, h.shape[1], HEAD_CHUNK):
+            hc, nc = h[:, s:s + HEAD_CHUNK], self.nxt[:, s:s + HEAD_CHUNK]
+            if torch.is_grad_enabled():
+                lp, ent = torch.utils.checkpoint.checkpoint(_head_chunk, self.head, hc, nc,
+                                                            use_reentrant=False)
+            else:
+                lp, ent = _head_chunk(self.head, hc, nc)
+            out.append(torch.stack([lp, ent], -1))
+        pad = torch.zeros((h.shape[0], 1, 2), dtype=torch.float32, device=h.device)
+        return torch.cat([pad] + out, dim=1)
+
+
 def seq_logprobs(actor, ids, att, with_entropy=False):
     """log p(ids[:, t] | ids[:, <t]) for t >= 1 at index t (index 0 is 0), and the entropy of
-    the distribution each token was drawn from. The LM head runs over HEAD_CHUNK positions at
-    a time (recomputed in the backward pass under grad), so the [B, T, vocab] logits never
-    exist at once: at 32k tokens and a 150k vocabulary they would be 19 GB in fp32."""
-    base = actor.base_model if hasattr(actor, "base_model") else actor.model
-    h = base(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state[:, :-1]
+    the distribution each token was drawn from. The [B, T, vocab] logits never exist at once
+    (_LogprobHead): at 32k tokens and a 150k vocabulary they would be 19 GB in fp32."""
+    name = "lm_head" if hasattr(actor, "lm_head") else None
     head = actor.get_output_embeddings()
-    nxt = ids[:, 1:]
-    lps, ents = [], []
-    for s in range(0, h.shape[1], HEAD_CHUNK):
-        hc, nc = h[:, s:s + HEAD_CHUNK], nxt[:, s:s + HEAD_CHUNK]
-        if torch.is_grad_enabled():
-            lp, ent = torch.utils.checkpoint.checkpoint(_head_chunk, head, hc, nc,
-                                                        use_reentrant=False)
-        else:
-            lp, ent = _head_chunk(head, hc, nc)
-        lps.append(lp)
-        ents.append(ent)
-    zero = torch.zeros((ids.shape[0], 1), dtype=torch.float32, device=ids.device)
-    lp = torch.cat([zero] + lps, dim=1)
-    ent = torch.cat([zero] + ents, dim=1) if with_entropy else None
-    return lp, ent
+    if name is None or getattr(actor, name) is not head:
+        logits = actor(input_ids=ids, attention_mask=att, use_cache=False).logits[:, :-1]
+        from train import algo
+        zero = torch.zeros((ids.shape[0], 1), dtype=torch.float32, device=ids.device)
+        lp = torch.cat([zero, algo.token_logprobs(logits, ids[:, 1:])], 1)
+        ent = torch.cat([zero, algo.entropy_from_logits(logits)], 1) if with_entropy else None
+        return lp, ent
+    actor.lm_head = _LogprobHead(head, ids[:, 1:])
+    try:
+        out = actor(input_ids=ids, attention_mask=att, use_cache=False).logits.float()
+    finally:
+        actor.lm_head = head
+    # out[:, 0] is padding, out[:, t] for t >= 1 holds token t's log-prob and entropy.
+    lp = out[..., 0]
+    return lp, (out[..., 1] if with_entropy else None)
 
 
 def seq_values(critic, ids, att):

@@ -110,6 +110,7 @@ def ppo_update(actor, critic, opt_a, opt_c, samples, pcfg, pad_id, ref=None, tra
     actor.train()
     critic.train()
     for mb in mbs:
+        local = mask[mb].sum().clamp(min=1)
         ntok, scale = _global_tokens(mask[mb].sum())
         ntok = ntok.clamp(min=1)
         opt_a.zero_grad(set_to_none=True)
@@ -117,7 +118,8 @@ def ppo_update(actor, critic, opt_a, opt_c, samples, pcfg, pad_id, ref=None, tra
         for c in _chunks(mb.stop - mb.start, micro):
             sl = slice(mb.start + c.start, mb.start + c.stop)
             mk = mask[sl]
-            share = (mk.sum() / ntok).item() * scale
+            share = (mk.sum() / ntok).item() * scale  # of the gradient
+            ms = (mk.sum() / local).item() / len(mbs)  # of this rank's metrics
             if share == 0 and scale == 1.0:
                 continue  # (under FSDP every rank runs every micro-batch: collectives)
             if train_actor:
@@ -127,14 +129,14 @@ def ppo_update(actor, critic, opt_a, opt_c, samples, pcfg, pad_id, ref=None, tra
                 e = algo.masked_mean(ent, mk)
                 loss = pg - pcfg.entropy_coef * e
                 (loss * share).backward()
-                acc["pg_loss"] += pg.item() * share / len(mbs)
-                acc["entropy"] += e.item() * share / len(mbs)
-                acc["clip_frac"] += pm["clip_frac"] * share / len(mbs)
-                acc["approx_kl"] += pm["approx_kl"] * share / len(mbs)
+                acc["pg_loss"] += pg.item() * ms
+                acc["entropy"] += e.item() * ms
+                acc["clip_frac"] += pm["clip_frac"] * ms
+                acc["approx_kl"] += pm["approx_kl"] * ms
             v = M.seq_values(critic, ids[sl], att[sl])
             vl = algo.value_loss(v, values[sl], ret[sl], mk, pcfg.value_clip)
             (vl * share).backward()
-            acc["vf_loss"] += vl.item() * share / len(mbs)
+            acc["vf_loss"] += vl.item() * ms
         if train_actor:
             acc["grad_norm_actor"] += _grad_norm(actor.parameters(), pcfg.max_grad_norm) / len(mbs)
             opt_a.step()

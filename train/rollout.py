@@ -32,6 +32,7 @@ import os
 import threading
 import time
 import urllib.request
+import weakref
 
 import torch
 
@@ -42,13 +43,24 @@ CONTROL_TOOLS = {"list_tasks", "start_episode", "evaluate", "finish"}
 
 # ---- engines ----
 
+_LOCKS_GUARD = threading.Lock()
+_LOCKS = weakref.WeakKeyDictionary()
+
+
+def model_lock(actor):
+    """One lock per model: every in-process forward during rollouts holds it (episodes run
+    in threads; seq_logprobs swaps the model's head for its forward)."""
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(actor, threading.Lock())
+
+
 class LocalEngine:
     def __init__(self, actor, eos_id, temperature=1.0, seed=0):
         self.actor = actor
         self.eos = eos_id
         self.temperature = temperature
         self.gen = torch.Generator().manual_seed(seed)
-        self.lock = threading.Lock()
+        self.lock = model_lock(actor)
 
     def _generate(self, prompt_ids, max_new_tokens):
         with self.lock:
@@ -99,11 +111,11 @@ class ScriptedEngine:
     """Plays `replies` in order (each reply text is tokenised and closed with eos); their
     log-probabilities are computed under `actor`."""
 
-    def __init__(self, replies, fmt, actor, lock=None):
+    def __init__(self, replies, fmt, actor):
         self.replies = list(replies)
         self.fmt = fmt
         self.actor = actor
-        self.lock = lock or threading.Lock()
+        self.lock = model_lock(actor)
 
     def _generate(self, prompt_ids, max_new_tokens):
         text = self.replies.pop(0) if self.replies else ""

@@ -73,8 +73,16 @@ def init_distributed():
     else:
         dev, backend = torch.device("cpu"), "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend)
+        import datetime
+        # Long: ranks wait at barriers while rank 0 alone runs stage 3.
+        dist.init_process_group(backend, timeout=datetime.timedelta(hours=6))
     return dev
+
+
+def barrier():
+    if world() > 1:
+        import torch.distributed as dist
+        dist.barrier()
 
 
 def shard(module):
@@ -91,8 +99,8 @@ def shard(module):
     return module
 
 
-def full_state_dict(module):
-    if world() == 1:
+def full_state_dict(module, gather=True):
+    if world() == 1 or not gather:
         return {k: v.detach().cpu() for k, v in module.state_dict().items()}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True,
@@ -155,17 +163,19 @@ class Metrics:
 
 # ---- checkpoints ----
 
-def save(d, actor, critic, tok, opts=None, state=None):
-    """Write actor, critic, optimizers and state to directory d (atomically)."""
+def save(d, actor, critic, tok, opts=None, state=None, gather=True):
+    """Write actor, critic, optimizers and state to directory d (atomically). Under torchrun
+    every rank calls it (the state dicts are gathered; rank 0 writes); gather=False: models
+    that are not sharded, saved by the one rank that calls it, without collectives."""
     d = pathlib.Path(d)
     quiet()
-    actor_sd = full_state_dict(actor)
-    critic_sd = full_state_dict(critic) if critic is not None else None
+    actor_sd = full_state_dict(actor, gather)
+    critic_sd = full_state_dict(critic, gather) if critic is not None else None
     osd = None
     if opts:
         osd = {"actor": full_optim_state(actor, opts[0]),
                "critic": full_optim_state(critic, opts[1]) if opts[1] is not None else None}
-    if rank() != 0:
+    if gather and rank() != 0:
         return
     tmp = d.with_name(d.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

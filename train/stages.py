@@ -201,9 +201,15 @@ def ppo_stage(cfg, name, env_factory=None):
 
 # ---- stage 2: trajectories ----
 
+def _traj_files(d):
+    """Stage 2's output: trajectories.jsonl, or one file per rank under torchrun."""
+    return sorted(pathlib.Path(d).glob("trajectories*.jsonl"))
+
+
 def collect_stage(cfg):
     ctx = Ctx(cfg, "collect")
-    out = ctx.dir / "trajectories.jsonl"
+    part = f".rank-{RT.rank()}" if RT.world() > 1 else ""
+    out = ctx.dir / f"trajectories{part}.jsonl"
     if (ctx.dir / "done").exists():
         _log(ctx, "done")
         return out
@@ -229,7 +235,7 @@ def collect_stage(cfg):
                     for k in range(cfg.collect.episodes_per_task)]
             jobs += [(f"inject/{i}", j.get("task") or tasks[0], cfg.seed + i, j)
                      for i, j in enumerate(inject)]
-            jobs = [j for j in jobs if j[0] not in have]
+            jobs = [j for j in jobs if j[0] not in have][RT.rank()::RT.world()]
             f = open(out, "a")
 
             async def one(job):
@@ -255,7 +261,9 @@ def collect_stage(cfg):
 
     asyncio.run(main())
     metrics.close()
-    (ctx.dir / "done").write_text("")
+    RT.barrier()
+    if RT.rank() == 0:
+        (ctx.dir / "done").write_text("")
     return out
 
 
@@ -278,19 +286,29 @@ def rft_filter(samples, rcfg):
 
 
 def rft_stage(cfg):
+    """Stage 3, on rank 0 alone (other torchrun ranks wait at a barrier)."""
     ctx = Ctx(cfg, "rft")
+    if RT.world() > 1:
+        RT.init_distributed()
+        if RT.rank() != 0:
+            RT.barrier()
+            return ctx.dir / "final"
     if ctx.done():
         _log(ctx, "final/ exists: done")
+        RT.barrier()
         return ctx.dir / "final"
-    src = pathlib.Path(cfg.out_dir) / "collect" / "trajectories.jsonl"
-    samples = [R.Sample.from_json(x) for x in src.read_text().splitlines() if x.strip()]
+    srcs = _traj_files(pathlib.Path(cfg.out_dir) / "collect")
+    if not srcs:
+        raise RuntimeError(f"no trajectories in {cfg.out_dir}/collect: run the collect stage")
+    samples = [R.Sample.from_json(x) for src in srcs for x in src.read_text().splitlines()
+               if x.strip()]
     kept, why = rft_filter(samples, cfg.rft)
     (ctx.dir / "filter.json").write_text(json.dumps(
         {"trajectories": len(samples), "kept": len(kept), "dropped": why,
          "kept_tasks": sorted({s.task for s in kept})}, indent=1))
     _log(ctx, f"{len(kept)} of {len(samples)} trajectories kept ({why})")
     actor, critic = ctx.models()
-    dev = RT.init_distributed()  # (one process: stage 3 is small; no sharding)
+    dev = RT.init_distributed()  # (rank 0 only: stage 3 is small; no sharding)
     actor.to(dev)
     critic.to(dev)
     metrics = RT.Metrics(ctx.dir, cfg.tensorboard)
@@ -309,7 +327,8 @@ def rft_stage(cfg):
             metrics.log("value", e + 1, {"value_loss": loss, "explained_variance": ev})
     metrics.close()
     RT.save(ctx.dir / "final", actor, critic, ctx.tok, None,
-            {"stage": "rft", "kept": len(kept), "config": C.to_dict(cfg)})
+            {"stage": "rft", "kept": len(kept), "config": C.to_dict(cfg)}, gather=False)
+    RT.barrier()
     return ctx.dir / "final"
 
 

@@ -44,6 +44,12 @@ def test_fsdp2_two_ranks_match_one(tmp_path):
     ca = torch.load(tmp_path / "two" / "ppo" / "final" / "critic.pt")
     cb = torch.load(tmp_path / "one" / "ppo" / "final" / "critic.pt")
     assert all(torch.allclose(ca[k], cb[k], atol=1e-5) for k in ca)
+    import json
+    import math
+    for run in ("one", "two"):  # rank 0's metrics: token means of its own share
+        for line in (tmp_path / run / "ppo" / "metrics.jsonl").read_text().splitlines():
+            m = json.loads(line)
+            assert 0 < m["entropy"] <= math.log(262) + 1e-6 and 0 <= m["clip_frac"] <= 1
     opt = torch.load(tmp_path / "two" / "ppo" / "ckpt" / "step-000002" / "optim.pt",
                      weights_only=False)
     assert opt["actor"]["state"]
