@@ -33,27 +33,31 @@ def gae(rewards, values, mask, gamma=1.0, lam=0.95):
     rewards, values, mask: [B, T]. rewards is 0 everywhere but the last action token of each
     row (any reward on a masked-out token is ignored). Returns (advantages, returns), 0 off the
     mask. The step after the last action token of a row is terminal (value 0).
+
+    Each row's action tokens are packed to the left ([B, N], order kept), the recursion runs
+    over N vectorised across the batch, and the result is scattered back.
     """
     B, T = mask.shape
-    adv = torch.zeros_like(values)
-    mask_b = mask.bool()
-    for b in range(B):
-        idx = mask_b[b].nonzero(as_tuple=True)[0]
-        if idx.numel() == 0:
-            continue
-        v = values[b, idx]
-        r = rewards[b, idx]
-        n = idx.numel()
-        a = torch.zeros(n, dtype=values.dtype)
-        last = 0.0
-        for i in range(n - 1, -1, -1):
-            nxt = v[i + 1] if i + 1 < n else 0.0
-            delta = r[i] + gamma * nxt - v[i]
-            last = delta + gamma * lam * last
-            a[i] = last
-        adv[b, idx] = a
-    ret = (adv + values) * mask
-    return adv * mask, ret
+    mb = mask.bool()
+    n = mb.sum(1)
+    N = int(n.max()) if B else 0
+    if N == 0:
+        return torch.zeros_like(values), torch.zeros_like(values)
+    # A stable sort of "not an action" puts each row's action positions first, in order.
+    idx = torch.argsort((~mb).to(torch.int8), dim=1, stable=True)[:, :N]
+    valid = (torch.arange(N)[None, :] < n[:, None]).to(values.dtype)
+    v = values.gather(1, idx) * valid
+    r = rewards.gather(1, idx) * valid
+    nxt = torch.cat([v[:, 1:], torch.zeros(B, 1, dtype=v.dtype)], 1)
+    delta = (r + gamma * nxt - v) * valid
+    packed = torch.zeros_like(delta)
+    last = torch.zeros(B, dtype=delta.dtype)
+    for i in range(N - 1, -1, -1):
+        last = delta[:, i] + gamma * lam * last
+        packed[:, i] = last
+    adv = torch.zeros_like(values).scatter(1, idx, packed * valid)
+    adv = adv * mask
+    return adv, (adv + values) * mask
 
 
 def terminal_rewards(scores, mask):

@@ -230,3 +230,28 @@ def test_chunked_lm_head_matches_full_logits(monkeypatch):
     a.zero_grad()
     ref.sum().backward()
     assert torch.allclose(a.lm_head.weight.grad, g, atol=1e-5)
+
+
+def test_gae_batch_matches_rows():
+    """The batched recursion equals each row computed alone, for ragged masks (an empty row,
+    a row of one action, tool tokens in between)."""
+    torch.manual_seed(1)
+    mask = torch.tensor([[0, 1, 1, 0, 1, 1, 0], [0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 1],
+                         [1, 1, 1, 1, 1, 1, 1]], dtype=torch.float32)
+    values = torch.randn(4, 7)
+    rewards = algo.terminal_rewards([1.0, 2.0, -1.0, 3.0], mask)
+    adv, ret = algo.gae(rewards, values, mask, 1.0, 0.95)
+    for b in range(4):
+        a1, r1 = algo.gae(rewards[b:b + 1], values[b:b + 1], mask[b:b + 1], 1.0, 0.95)
+        assert torch.allclose(adv[b], a1[0], atol=1e-6) and torch.allclose(ret[b], r1[0],
+                                                                             atol=1e-6)
+    assert (adv[1] == 0).all() and adv[2, 6] == pytest.approx(-1.0 - values[2, 6].item())
+    # Row 0 by hand: actions at 1, 2, 4, 5.
+    v = values[0, [1, 2, 4, 5]].tolist()
+    d = [v[1] - v[0], v[2] - v[1], v[3] - v[2], 1.0 - v[3]]
+    a = [0.0] * 4
+    acc = 0.0
+    for i in range(3, -1, -1):
+        acc = d[i] + 0.95 * acc
+        a[i] = acc
+    assert adv[0, [1, 2, 4, 5]].tolist() == pytest.approx(a, abs=1e-6)
