@@ -206,7 +206,7 @@ def _traj_files(d):
     return sorted(pathlib.Path(d).glob("trajectories*.jsonl"))
 
 
-def collect_stage(cfg):
+def collect_stage(cfg, env_factory=None):
     ctx = Ctx(cfg, "collect")
     part = f".rank-{RT.rank()}" if RT.world() > 1 else ""
     out = ctx.dir / f"trajectories{part}.jsonl"
@@ -215,19 +215,19 @@ def collect_stage(cfg):
         return out
     actor, _ = ctx.models()
     actor.to(RT.init_distributed())
-    have = set()
-    if out.exists():  # resume: the episodes already written are not run again
-        for line in out.read_text().splitlines():
+    have = set()  # resume: the episodes already written (by any rank) are not run again
+    for f in _traj_files(ctx.dir):
+        for line in f.read_text().splitlines():
             try:
                 have.add(json.loads(line)["job"])
             except (ValueError, KeyError):
-                pass
+                pass  # a line torn by a crash: that episode runs again
     inject = _read_jsonl(cfg.collect.inject)
     rc = cfg.rollout
     metrics = RT.Metrics(ctx.dir, cfg.tensorboard)
 
     async def main():
-        async with R.McpEnv(cfg.server) as env:
+        async with (env_factory or (lambda: R.McpEnv(cfg.server)))() as env:
             tasks = await _tasks(ctx, env)
             n = cfg.collect.episodes_per_task
             jobs = [(f"{t}/{k}", t, _seed(cfg, "collect", i * n + k), None)
@@ -236,13 +236,21 @@ def collect_stage(cfg):
             jobs += [(f"inject/{i}", j.get("task") or tasks[0], cfg.seed + i, j)
                      for i, j in enumerate(inject)]
             jobs = [j for j in jobs if j[0] not in have][RT.rank()::RT.world()]
+            if out.exists() and out.stat().st_size and not out.read_bytes().endswith(b"\n"):
+                out.open("a").write("\n")  # after a torn line
             f = open(out, "a")
 
             async def one(job):
                 key, task, seed, script = job
                 eng = (R.ScriptedEngine(script["replies"], ctx.fmt, actor) if script
                        else _engine(ctx, actor, seed))
-                s = await R.agent_episode(env, eng, ctx.fmt, ctx.tok, rc, task, seed)
+                try:
+                    s = await R.agent_episode(env, eng, ctx.fmt, ctx.tok, rc, task, seed)
+                except Exception as e:  # one episode's failure (the server refused it, a
+                    # tool call timed out) loses that episode, not the collection; a rerun
+                    # retries it
+                    _log(ctx, f"episode {key} failed: {type(e).__name__}: {e}")
+                    return None
                 s.scripted = script is not None
                 d = json.loads(s.to_json())
                 d["job"] = key
@@ -251,16 +259,20 @@ def collect_stage(cfg):
                 return s
 
             t0 = time.perf_counter()
-            samples = await R.collect(one, jobs, rc.parallel)
+            samples = [s for s in await R.collect(one, jobs, rc.parallel) if s is not None]
             f.close()
             if samples:
                 m = U.sample_metrics(samples, time.perf_counter() - t0)
                 metrics.log("collect", 1, m)
                 _log(ctx, f"{len(samples)} episodes: reward {m['reward_mean']:+.3f}, "
                      f"{m['correct_frac']:.0%} correct")
+            return len(jobs) - len(samples)
 
-    asyncio.run(main())
+    failed = asyncio.run(main())
     metrics.close()
+    if failed:
+        raise RuntimeError(f"collect: {failed} episodes failed (above); run the stage again to "
+                           "retry them (the others are kept)")
     RT.barrier()
     if RT.rank() == 0:
         (ctx.dir / "done").write_text("")
@@ -300,8 +312,15 @@ def rft_stage(cfg):
     srcs = _traj_files(pathlib.Path(cfg.out_dir) / "collect")
     if not srcs:
         raise RuntimeError(f"no trajectories in {cfg.out_dir}/collect: run the collect stage")
-    samples = [R.Sample.from_json(x) for src in srcs for x in src.read_text().splitlines()
-               if x.strip()]
+    samples, torn = [], 0
+    for src in srcs:
+        for x in src.read_text().splitlines():
+            try:
+                samples.append(R.Sample.from_json(x))
+            except (ValueError, TypeError):
+                torn += x.strip() != ""  # a line a crash cut short
+    if torn:
+        _log(ctx, f"{torn} torn trajectory lines skipped")
     kept, why = rft_filter(samples, cfg.rft)
     (ctx.dir / "filter.json").write_text(json.dumps(
         {"trajectories": len(samples), "kept": len(kept), "dropped": why,

@@ -133,3 +133,41 @@ def test_toy_options(tmp_path):
     assert m[2]["kl_ref"] > 0  # the actor moved away from the reference at step 2
     assert max(x["clip_frac"] for x in m[1:]) > 0  # later minibatches see ratios off 1
     assert abs(m[1]["advantage_mean"]) < 1e-5  # whitened
+
+
+def test_collect_resumes_after_failures(tmp_path):
+    """Stage 2 keeps the episodes that ran when others fail, says so, and a rerun runs only
+    the missing ones (a line torn by a crash is skipped, then retried)."""
+    class Flaky(ToyEnv):
+        fail = {2, 5}
+
+        async def start(self, task, seed):
+            st = await super().start(task, seed)
+            if len(self.eps) - 1 in self.fail:
+                raise RuntimeError("start_episode refused")
+            return st
+
+    @contextlib.asynccontextmanager
+    async def flaky():
+        yield Flaky()
+
+    cfg = toy_config(tmp_path, 1)
+    cfg.collect.episodes_per_task = 8
+    cfg.rollout.parallel = 1
+    with pytest.raises(RuntimeError, match="2 episodes failed"):
+        stages.collect_stage(cfg, flaky)
+    out = tmp_path / "collect" / "trajectories.jsonl"
+    first = [json.loads(x)["job"] for x in out.read_text().splitlines()]
+    assert len(first) == 6 and not (tmp_path / "collect" / "done").exists()
+    with open(out, "a") as f:
+        f.write('{"job": "toy/7", "tok')  # torn by a crash
+    Flaky.fail = set()
+    stages.collect_stage(cfg, flaky)
+    lines = out.read_text().splitlines()
+    jobs = [json.loads(x)["job"] for x in lines if x.endswith("}")]
+    assert sorted(jobs) == sorted(f"toy/{k}" for k in range(8))
+    assert (tmp_path / "collect" / "done").exists()
+    cfg.rft.epochs = cfg.rft.value_epochs = 1
+    stages.rft_stage(cfg)  # reads past the torn line
+    f = json.loads((tmp_path / "rft" / "filter.json").read_text())
+    assert f["trajectories"] == 8
