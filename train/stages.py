@@ -119,8 +119,11 @@ def ppo_stage(cfg, name, env_factory=None):
     actor.to(dev)
     critic.to(dev)
     ref = None
-    if p.kl_coef > 0:
-        ref = copy.deepcopy(actor).eval().requires_grad_(False)
+    if p.kl_coef > 0:  # the stage's starting actor, also when resuming
+        src = ctx.init_dir()
+        RT.seed_all(cfg.seed)
+        ref = M.build_actor(cfg.model, ctx.tok, str(src / "actor") if src else None)
+        ref.to(dev).eval().requires_grad_(False)
     # Under torchrun each rank samples with its own unsharded copy of the actor (FSDP's
     # forward is a collective: ranks generating replies of different lengths would hang),
     # refreshed from the sharded actor after every update. Large models use the openai engine.
