@@ -283,8 +283,20 @@ def make_cap(fmt, tok, n):
 
 async def agent_episode(env, engine, fmt, tok, rcfg, task, seed):
     """One multi-turn episode: replies are sampled, their tool calls run on the server, the
-    results appended as masked tokens, until a reply without calls, the turn or token limit."""
+    results appended as masked tokens, until a reply without calls, the turn or token limit.
+    An episode that fails half-way is finished on the server (best effort) and re-raised."""
     st = await env.start(task, seed)
+    try:
+        return await _agent_turns(env, engine, fmt, tok, rcfg, task, st)
+    except BaseException:
+        try:
+            await env.finish(st["episode_id"], False)
+        except Exception:
+            pass  # the server ends it after its idle TTL
+        raise
+
+
+async def _agent_turns(env, engine, fmt, tok, rcfg, task, st):
     ep = st["episode_id"]
     messages = [{"role": "system", "content": st["system_prompt"] + episode_note(rcfg.max_turns)},
                 {"role": "user", "content": st["task_message"]}]
