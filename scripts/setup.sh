@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 DEBIAN_PKGS=(build-essential pkg-config git python3 python3-venv python3-pip
              libjansson-dev libxxhash-dev libpcre2-dev libseccomp-dev libelf-dev libcurl4-openssl-dev
              libmicrohttpd-dev libsqlite3-dev chromium clang clang-format)
-PY_PKGS=(pyarrow pytest pyflakes numpy torch mcp openenv-core)
+PY_PKGS=(pyarrow pytest pyflakes numpy torch mcp openenv-core transformers tensorboard)
 
 say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 
@@ -38,7 +38,7 @@ install_python() {
         say "creating .venv"
         python3 -m venv .venv
     fi
-    if ! .venv/bin/python3 -c 'import pyarrow, pytest, pyflakes, numpy, torch, mcp, openenv' 2>/dev/null; then
+    if ! .venv/bin/python3 -c 'import pyarrow, pytest, pyflakes, numpy, torch, mcp, openenv, transformers, tensorboard' 2>/dev/null; then
         say "installing Python packages into .venv: ${PY_PKGS[*]}"
         .venv/bin/python3 -m pip install -q --disable-pip-version-check "${PY_PKGS[@]}"
     fi

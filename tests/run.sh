@@ -130,7 +130,7 @@ lint_python() {
         skipped=$((skipped + 1))
         return 0
     fi
-    python3 -m pyflakes harness src/*/*.py bench/*.py tests/py tests/gpu/*.py tests/it/*.py \
+    python3 -m pyflakes harness train src/*/*.py bench/*.py tests/py tests/gpu/*.py tests/it/*.py \
         >"$log" 2>&1
     rc=$?
     case $rc in 0) echo "$name: ok" ;; *) echo "$name: FAIL ($rc)" ;; esac
