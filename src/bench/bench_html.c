@@ -22,30 +22,6 @@
 #define TRAJECTORY_MAX (32 * 1024 * 1024)
 #define TRAJECTORY_TURNS_MAX 400
 
-static int esc(struct buf *b, const char *s)
-{
-    int rc = 0;
-    for (; s && *s && !rc; s++) {
-        switch (*s) {
-        case '<':
-            rc = buf_addstr(b, "&lt;");
-            break;
-        case '>':
-            rc = buf_addstr(b, "&gt;");
-            break;
-        case '&':
-            rc = buf_addstr(b, "&amp;");
-            break;
-        case '"':
-            rc = buf_addstr(b, "&quot;");
-            break;
-        default:
-            rc = buf_addch(b, *s);
-        }
-    }
-    return rc;
-}
-
 static const char *CSS =
     "body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#1d2433;"
     "padding:0 16px}h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}"
@@ -398,7 +374,7 @@ int bench_report_html(const json_t *ex, struct buf *b)
             continue;
         rc = buf_addf(b, "%s: <code>", fields[i][1]);
         if (!rc)
-            rc = esc(b, v);
+            rc = buf_add_html(b, v);
         if (!rc)
             rc = buf_addstr(b, "</code> &middot; ");
     }
@@ -410,7 +386,7 @@ int bench_report_html(const json_t *ex, struct buf *b)
             continue;
         rc = buf_addf(b, "%s: ", ek);
         if (!rc)
-            rc = esc(b, json_string_value(ev));
+            rc = buf_add_html(b, json_string_value(ev));
         if (!rc)
             rc = buf_addstr(b, " &middot; ");
     }

@@ -145,3 +145,27 @@ void buf_rtrim(struct buf *b)
     if (b->cap)
         b->data[b->len] = '\0';
 }
+
+int buf_add_html(struct buf *b, const char *s)
+{
+    int rc = 0;
+    for (; s && *s && !rc; s++) {
+        switch (*s) {
+        case '<':
+            rc = buf_addstr(b, "&lt;");
+            break;
+        case '>':
+            rc = buf_addstr(b, "&gt;");
+            break;
+        case '&':
+            rc = buf_addstr(b, "&amp;");
+            break;
+        case '"':
+            rc = buf_addstr(b, "&quot;");
+            break;
+        default:
+            rc = buf_addch(b, *s);
+        }
+    }
+    return rc;
+}

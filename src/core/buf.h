@@ -36,6 +36,8 @@ int buf_add(struct buf *b, const void *p, size_t n) WARN_UNUSED_RESULT;
 int buf_addstr(struct buf *b, const char *s) WARN_UNUSED_RESULT;
 int buf_addch(struct buf *b, char c) WARN_UNUSED_RESULT;
 int buf_addf(struct buf *b, const char *fmt, ...) CA_PRINTF(2, 3) WARN_UNUSED_RESULT;
+/* s (NULL: nothing) with <, >, & and " written as HTML entities. */
+int buf_add_html(struct buf *b, const char *s) WARN_UNUSED_RESULT;
 int buf_vaddf(struct buf *b, const char *fmt, va_list ap) CA_PRINTF(2, 0) WARN_UNUSED_RESULT;
 /* Shorten to n bytes (n <= len). */
 void buf_truncate(struct buf *b, size_t n);

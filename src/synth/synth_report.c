@@ -221,35 +221,11 @@ static int markdown(const struct stats *s, struct buf *b)
     return rc;
 }
 
-static int html_escape(struct buf *b, const char *s)
-{
-    int rc = 0;
-    for (; rc == 0 && *s; s++) {
-        switch (*s) {
-        case '<':
-            rc = buf_addstr(b, "&lt;");
-            break;
-        case '>':
-            rc = buf_addstr(b, "&gt;");
-            break;
-        case '&':
-            rc = buf_addstr(b, "&amp;");
-            break;
-        case '"':
-            rc = buf_addstr(b, "&quot;");
-            break;
-        default:
-            rc = buf_addch(b, *s);
-        }
-    }
-    return rc;
-}
-
 static int bar_row(struct buf *b, const char *label, int64_t n, double share, const char *extra)
 {
     int rc = buf_addstr(b, "<tr><td>");
     if (rc == 0)
-        rc = html_escape(b, label);
+        rc = buf_add_html(b, label);
     if (rc == 0)
         rc = buf_addf(b,
                       "</td><td class=n>%lld</td><td class=n>%.1f%%</td><td class=bar>"

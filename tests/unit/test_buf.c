@@ -101,3 +101,16 @@ TEST(buf_add_from_itself)
     CHECK(memcmp(b.data + 3000, "abc", 3) == 0);
     buf_release(&b);
 }
+
+TEST(buf_add_html_escapes_markup)
+{
+    struct buf b;
+    buf_init(&b, 64);
+    REQUIRE(buf_add_html(&b, "<a href=\"x\">R&D</a>") == 0);
+    CHECK_STR(b.data, "&lt;a href=&quot;x&quot;&gt;R&amp;D&lt;/a&gt;");
+    REQUIRE(buf_add_html(&b, NULL) == 0);
+    CHECK_EQ(b.len, strlen("&lt;a href=&quot;x&quot;&gt;R&amp;D&lt;/a&gt;"));
+    buf_reset(&b);
+    CHECK_EQ(buf_add_html(&b, "<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<"), CA_ETOOBIG);
+    buf_release(&b);
+}
