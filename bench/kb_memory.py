@@ -12,7 +12,8 @@ GPU memory, the runner's memory after the job (harness memory.idle_after), the v
 the wall time; a summary table on stdout and everything in OUT/kb_memory.json.
 
     python3 bench/kb_memory.py --bin .carry/cuda-agent --out OUT [--levels 1,2,3]
-        [--limit N] [--time-budget S] [--corpus DIR] [--server SOCKET] [--budget-ms 300]
+        [--limit N] [--only 19,4] [--skip N] [--stride N] [--time-budget S] [--corpus DIR]
+        [--server SOCKET] [--budget-ms 300]
 
 --time-budget stops starting tasks once S seconds have passed (the device call that runs it
 is limited) and reports what was done. Exit status: 0 done (whatever the verdicts), 77 no
@@ -153,6 +154,10 @@ def main() -> int:
     p.add_argument("--levels", default="1,2,3")
     p.add_argument("--limit", type=int, default=0, help="at most N tasks (0: all)")
     p.add_argument("--skip", type=int, default=0, help="start after the first N tasks")
+    p.add_argument("--only", default="",
+                   help="comma-separated task numbers or names (19,4_Matrix...): these alone")
+    p.add_argument("--stride", type=int, default=1,
+                   help="every Nth task of those left (a sample spread over the levels)")
     p.add_argument("--time-budget", type=float, default=0,
                    help="stop starting tasks after S seconds (0: no limit)")
     p.add_argument("--server", help="an evaluator service's socket (default: start one)")
@@ -165,7 +170,12 @@ def main() -> int:
         return 77
     levels = [int(x) for x in opts.levels.split(",") if x.strip()]
     items = tasks(corpus, levels)
-    items = items[opts.skip:]
+    if opts.only:
+        want = [w.strip() for w in opts.only.split(",") if w.strip()]
+        items = [(lv, path) for lv, path in items
+                 if any(os.path.basename(path).startswith(w if not w.isdigit() else w + "_")
+                        for w in want)]
+    items = items[opts.skip::max(1, opts.stride)]
     if opts.limit:
         items = items[:opts.limit]
     opts.bin = os.path.abspath(opts.bin)

@@ -451,6 +451,7 @@ class Session:
             self.restore(post)
             self.post_rec = check_reported(self.arena, post, msg, self.device, self.atol,
                                            self.rtol, self.opts.precision)
+            self.drop_if_lazy(post)
         except EvalError as e:
             e.message = ("after timing, on a fresh input set, the outputs no longer match (does "
                          "the forward behave differently once it has been called many times?): "
@@ -599,6 +600,9 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             model64, why64_model = None, f"{type(exc).__name__}: {exc}"
         sets = [s for s in sets if s.kind != "value-stress"
                 or choose_stress_scale(s, model, model64, device, v["value_stress"])]
+        for s in sets:
+            if chunked and s.kind == "value-stress":
+                s.release()  # its scale chosen: drawn again, scaled, when its turn comes
         for k, s_ in enumerate(sets):
             s_.index = k
         if post is not None:
@@ -864,7 +868,11 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         # -- baselines (this process), speed of light
         t_base = time.monotonic()
         key = baseline_key(task_sha, dev, opts.precision, opts.timing)
-        restore(sets[0])  # a lazy plan: the baselines time set 0's inputs
+        # A lazy plan: the baselines time set 0's inputs, and the speed of light counts its
+        # outputs' bytes (no float64 reference: nothing is compared any more).
+        sets[0].materialize()
+        if not sets[0].ref:
+            compute_reference(model, sets[0], device)
         base, cached = measure_baselines(opts, model, sets[0], device, key, log)
         elapsed["baselines"] = time.monotonic() - t_base
         memplan.phase_mark(device, "baselines")

@@ -90,21 +90,22 @@ def flatten_outputs(out: Any) -> list[Any]:
     Python numbers. Anything else raises TypeError with a message for the agent."""
     import torch
 
+    # Iterative, not a recursive closure: a nested function that calls itself sits in a
+    # reference cycle with its cell, and the cycle would keep the leaves (whole output
+    # tensors, GiBs on a large task) alive until the cyclic collector ran.
     leaves: list[Any] = []
-
-    def walk(x: Any, where: str) -> None:
+    stack: list[tuple[Any, str]] = [(out, "")]
+    while stack:
+        x, where = stack.pop()
         if isinstance(x, torch.Tensor):
             leaves.append(x)
         elif isinstance(x, (bool, int, float)):
             leaves.append(x)
         elif isinstance(x, (list, tuple)):
-            for i, y in enumerate(x):
-                walk(y, f"{where}[{i}]")
+            stack.extend((x[i], f"{where}[{i}]") for i in reversed(range(len(x))))
         else:
             raise TypeError(f"output {where} is a {type(x).__module__}.{type(x).__qualname__}; "
                             "expected a tensor, a number, or a list/tuple of them")
-
-    walk(out, "")
     return leaves
 
 
