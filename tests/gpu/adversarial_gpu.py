@@ -18,14 +18,18 @@ $CUDA_AGENT_PYTHON as usual. Exit status 0 when every case did what it should, 1
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any
+import time
+from typing import Any, Callable, Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ca_cli import ROOT, TASKS, binary, solution_workspace  # noqa: E402
@@ -166,6 +170,101 @@ def compile_problems(case: Case, report: dict) -> list[str]:
     if report.get("stage") != "compile" or report.get("ok") is not True:
         return [f"does not compile: {verdict(report)}\n{(report.get('message') or '')[:3000]}"]
     return []
+
+
+SERVICE_START_S = 900  # toolchain discovery, the precompiled header, runners importing torch
+
+
+@contextlib.contextmanager
+def service(tmp: pathlib.Path, say: Callable[[str], None]) -> Iterator[pathlib.Path]:
+    """An evaluator service on CUDA for the block: yields its socket. The cache is
+    $CA_ADV_CACHE_DIR, else tmp/cache; the compilers run unsandboxed with CA_ADV_NO_SANDBOX=1
+    or where this interpreter lives under /tmp (the compile sandbox cannot bind it there)."""
+    sock = tmp / "eval.sock"
+    cache = pathlib.Path(os.environ.get("CA_ADV_CACHE_DIR") or tmp / "cache")
+    argv = [str(binary()), "evaluator", "--device", "cuda", "--socket", str(sock),
+            "--cache-dir", str(cache), "--prewarm", "2"]
+    if os.environ.get("CA_ADV_NO_SANDBOX") == "1" or \
+            os.path.realpath(sys.executable).startswith("/tmp/"):
+        argv.append("--no-sandbox")
+    log_path = tmp / "service.log"
+    env = dict(os.environ, CUDA_AGENT_PYTHON=sys.executable)
+    # Several evaluations compile at once, beside torch.compile baselines: room for a slow
+    # KernelBench unit (nvcc over the torch headers).
+    env.setdefault("CUDA_AGENT_COMPILE_TIMEOUT", "600")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    t0 = time.monotonic()
+    try:
+        while not sock.exists():
+            if proc.poll() is not None:
+                raise RuntimeError(f"the evaluator service exited with {proc.returncode}:\n"
+                                   f"{log_path.read_text(errors='replace')[-4000:]}")
+            if time.monotonic() - t0 > SERVICE_START_S:
+                raise RuntimeError(f"the evaluator service did not listen within "
+                                   f"{SERVICE_START_S} s:\n"
+                                   f"{log_path.read_text(errors='replace')[-4000:]}")
+            time.sleep(0.2)
+        say(f"\nadversarial: evaluator service ready in {time.monotonic() - t0:.0f} s "
+            f"(log {log_path})")
+        yield sock
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _evaluate_one(case: Case, sock: pathlib.Path, root: pathlib.Path, budget_ms: str) -> dict:
+    t0 = time.monotonic()
+    try:
+        ws = None if case.kernelbench else make_workspace(case, root / case.name, binary())
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        return {"report": None, "error": str(exc), "seconds": time.monotonic() - t0}
+    argv = eval_argv(case, ws, "--server", str(sock), "--budget-ms", budget_ms, ca=binary())
+    report, err = run_eval(argv)
+    return {"report": report, "error": err, "seconds": time.monotonic() - t0}
+
+
+def evaluate_cases(cases: list[Case], sock: pathlib.Path, root: pathlib.Path, jobs: int,
+                   budget_ms: str, say: Callable[[str], None]) -> dict[str, dict]:
+    """{case name: {"report", "error", "seconds"}}: cases evaluated through the service at
+    sock, jobs at once (KernelBench files first: nvcc over the torch headers is the longest
+    compile), a line said for each as it finishes."""
+    cases = sorted(cases, key=lambda c: c.kernelbench is None)
+    out: dict[str, dict] = {}
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(_evaluate_one, c, sock, root, budget_ms): c for c in cases}
+        for f in concurrent.futures.as_completed(futures):
+            case = futures[f]
+            r = f.result()
+            out[case.name] = r
+            rep = r["report"]
+            why = problems(case, rep) if rep is not None else [r["error"]]
+            line = (f"  {'ok  ' if not why else 'FAIL'} {case.name} ({r['seconds']:.0f} s) "
+                    f"[{case.expect['pattern']}]: "
+                    f"{verdict(rep) if rep is not None else 'no report'}")
+            if why:
+                line += "  <-- " + "; ".join(w.splitlines()[0] for w in why)
+            say(line)
+    say(f"adversarial: {len(cases)} cases in {time.monotonic() - t0:.0f} s")
+    return out
+
+
+def write_summary(path: str, cases: list[Case], results: dict[str, dict]) -> None:
+    """Every case's report, verdict and problems as JSON at path."""
+    summary = {}
+    for case in cases:
+        r = results[case.name]
+        why = problems(case, r["report"]) if r["report"] is not None else [r["error"]]
+        summary[case.name] = {**r, "expect": case.expect, "problems": why}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
 
 
 def main(argv: list[str] | None = None) -> int:

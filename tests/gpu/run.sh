@@ -5,7 +5,8 @@
 #   bash tests/gpu/run.sh [OUT_DIR]        (logs in OUT_DIR, default a temporary directory)
 #   env: CA_BIN (the binary, default build/cuda-agent), GPU_SUITE_TIMEOUT (540 s for the whole
 #        run: a lane still running then gets SIGINT, so pytest prints what failed),
-#        ADVERSARIAL (1; 0 leaves out test_adversarial.py), PYTHON (python3),
+#        ADVERSARIAL (1; 0 leaves out test_adversarial.py and test_skill_facts.py),
+#        PYTHON (python3),
 #        CUDA_VISIBLE_DEVICES (the GPUs to use; default every GPU)
 #
 # The files run in four pytest processes, in two phases, sharing one work directory
@@ -15,7 +16,8 @@
 #     build: test_arena_ipc.py test_solutions.py test_harness_gpu.py -m 'not timing'
 #     cli:   test_kernelbench.py test_legit.py test_workspace_eval.py
 #   phase 2, the GPU to itself, one after the other:
-#     adversarial: test_adversarial.py (its own evaluator service, several evaluations at once)
+#     adversarial: test_adversarial.py and test_skill_facts.py (one evaluator service for both,
+#                  several evaluations at once; each case evaluated once for the two files)
 #     timing:      $TIMING_FILES -m timing (the harness's timing tests, on the extensions
 #                  phase 1 built)
 # With two GPUs or more, phase 2 runs on the second GPU (and the second half of the CPUs)
@@ -69,7 +71,7 @@ adversarial() {
         echo "adversarial rc=skipped" >>"$OUT/status"
         return
     fi
-    lane adversarial "$1" "$2" tests/gpu/test_adversarial.py
+    lane adversarial "$1" "$2" tests/gpu/test_adversarial.py tests/gpu/test_skill_facts.py
 }
 : >"$OUT/status"
 if [ ${#gpus[@]} -ge 2 ]; then
