@@ -58,16 +58,23 @@ NEW = textwrap.dedent("""
     """)
 
 
-def live_bytes() -> int:
-    """Bytes of every live CPU storage of at least a quarter of a set (each counted once),
-    garbage in cycles included."""
-    seen: dict[int, int] = {}
+def live_storages() -> dict[int, tuple[int, torch.Tensor]]:
+    """{address: (bytes, a tensor on it)} of every live CPU storage of at least a quarter of a
+    set, garbage in cycles included."""
+    seen: dict[int, tuple[int, torch.Tensor]] = {}
     for o in gc.get_objects():
         if isinstance(o, torch.Tensor) and o.device.type == "cpu":
             st = o.untyped_storage()
             if st.nbytes() >= SET_BYTES // 4:
-                seen[st.data_ptr()] = st.nbytes()
-    return sum(seen.values())
+                seen[st.data_ptr()] = (st.nbytes(), o)
+    return seen
+
+
+def live_bytes(before: dict[int, tuple[int, torch.Tensor]]) -> int:
+    """Bytes of the live storages (each counted once) that were not live before the job: what
+    earlier tests in this process keep (module globals, caches) is not the job's. The tensors
+    in before are held, so no storage of the job can take one of their addresses."""
+    return sum(n for ptr, (n, _t) in live_storages().items() if ptr not in before)
 
 
 def holders() -> dict[str, int]:
@@ -87,9 +94,10 @@ def holders() -> dict[str, int]:
 
 def test_no_phase_holds_more_than_the_lazy_plans_share(tmp_path, monkeypatch):
     marks: list[tuple[str, int, dict[str, int]]] = []
-    monkeypatch.setattr(memplan, "phase_mark",
-                        lambda device, name: marks.append((name, live_bytes(), holders())))
     gc.collect()  # earlier tests' garbage out of the census
+    before = live_storages()
+    monkeypatch.setattr(memplan, "phase_mark",
+                        lambda device, name: marks.append((name, live_bytes(before), holders())))
     run = evaluate(tmp_path, task=TASK, ext=EXT, new=NEW, args=("--memory-lazy",))
     assert run.rc == 0, run
     plan = run.result["memory"]["plan"]
