@@ -20,8 +20,10 @@
 #                  several evaluations at once; each case evaluated once for the two files)
 #     timing:      $TIMING_FILES -m timing (the harness's timing tests, on the extensions
 #                  phase 1 built)
-# With two GPUs or more, phase 2 runs on the second GPU (and the second half of the CPUs)
-# while phase 1 runs on the first, so no timed work shares a GPU with other work.
+# With one GPU the order is adversarial, phase 1, timing (the reward-hack verdicts first, so
+# that a run cut by its time limit has them; timing needs phase 1's builds). With two GPUs or
+# more, phase 2 runs on the second GPU (and the second half of the CPUs) while phase 1 runs on
+# the first, so no timed work shares a GPU with other work.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-$(mktemp -d "${TMPDIR:-/tmp}/ca-gpu-XXXXXX")}
@@ -84,8 +86,9 @@ if [ ${#gpus[@]} -ge 2 ]; then
     ) &
     wait
 else
-    phase1 "${gpus[0]}" "$cpus"
+    # The reward-hack verdicts first: a run cut by its time limit has them.
     adversarial "${gpus[0]}" "$cpus"
+    phase1 "${gpus[0]}" "$cpus"
     lane timing "${gpus[0]}" "$cpus" $TIMING_FILES -m timing
 fi
 
