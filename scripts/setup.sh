@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # scripts/setup.sh - one command from a fresh Debian 12 machine to a working
-# cuda-agent: installs dependencies (Debian packages, and a Python virtual
-# environment in .venv for PyTorch (the CPU-mode evaluator tests run it), pyarrow and
-# pytest), builds, and runs the main job on the built-in softmax example: an
-# episode workspace, a tool call in its sandbox, an evaluation (the reference
-# solution on the GPU when there is one, else the CPU-mode fixture) and a
-# summary of them (scripts/summarize.py) with where to go next.
+# cuda-agent: installs dependencies (Debian packages, a Python virtual environment
+# in .venv for PyTorch (the CPU-mode evaluator tests run it), pyarrow and pytest, and
+# one in .venv-verifiers for the verifiers integration test), builds, and runs the
+# main job on the built-in softmax example: an episode workspace, a tool call in its
+# sandbox, an evaluation (the reference solution on the GPU when there is one, else
+# the CPU-mode fixture) and a summary of them (scripts/summarize.py) with where to go
+# next.
 #
 #   scripts/setup.sh            everything
 #   scripts/setup.sh --deps     dependencies only (used by CI)
@@ -16,6 +17,9 @@ DEBIAN_PKGS=(build-essential pkg-config git python3 python3-venv python3-pip
              libjansson-dev libxxhash-dev libpcre2-dev libseccomp-dev libelf-dev libcurl4-openssl-dev
              libmicrohttpd-dev libsqlite3-dev chromium clang clang-format)
 PY_PKGS=(pyarrow pytest pyflakes numpy torch mcp openenv-core transformers tensorboard)
+# verifiers pins an older mcp than PY_PKGS's: it gets a virtual environment of its own, in which
+# tests/py/test_serve.py plays an episode with verifiers' OpenEnv engine.
+VERIFIERS_PKGS=("verifiers[openenv]>=0.4,<0.5")
 
 say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 
@@ -44,8 +48,20 @@ install_python() {
     fi
 }
 
+install_verifiers() {
+    if [ ! -x .venv-verifiers/bin/python3 ]; then
+        say "creating .venv-verifiers"
+        python3 -m venv .venv-verifiers
+    fi
+    if ! .venv-verifiers/bin/python3 -c 'import verifiers.v1.tasksets.openenv, openenv' 2>/dev/null; then
+        say "installing Python packages into .venv-verifiers: ${VERIFIERS_PKGS[*]}"
+        .venv-verifiers/bin/python3 -m pip install -q --disable-pip-version-check "${VERIFIERS_PKGS[@]}"
+    fi
+}
+
 install_debian
 install_python
+install_verifiers
 [ "${1:-}" = "--deps" ] && exit 0
 
 say "building"

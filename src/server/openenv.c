@@ -61,6 +61,31 @@ json_t *server__openenv_reset(struct server *s, const json_t *req, unsigned *sta
     return json_pack("{s:o, s:n, s:b}", "observation", obs, "reward", "done", 0);
 }
 
+/* "unknown tool 'NAME': an action is ...; the tools are: A, B, ..." (NAME cut to 80 bytes). */
+static json_t *unknown_tool_text(const struct server *s, const char *name)
+{
+    struct buf b;
+    buf_init(&b, BUF_MAX_INTERNAL);
+    size_t n = strlen(name), cut = n > 80 ? 80 : n;
+    while (cut < n && cut > 0 && ((unsigned char)name[cut] & 0xC0) == 0x80)
+        cut--; /* a whole UTF-8 character, or the string would not be JSON */
+    int e = buf_addf(&b,
+                     "unknown tool '%.*s%s': an action is one JSON object {\"tool\": NAME, "
+                     "\"arguments\": {...}} and nothing else; the tools are:",
+                     (int)cut, name, cut < n ? "..." : "");
+    size_t i;
+    const json_t *t;
+    json_array_foreach(s->tool_list, i, t)
+    {
+        e |= buf_addf(&b, "%s %s", i ? "," : "", json_string_value(json_object_get(t, "name")));
+    }
+    json_t *v = e ? NULL : json_stringn(b.data, b.len);
+    if (!v)
+        v = json_string("unknown tool (see /schema)");
+    buf_release(&b);
+    return v;
+}
+
 json_t *server__openenv_step(struct server *s, const json_t *req, const char *episode_id,
                              unsigned *status)
 {
@@ -94,9 +119,14 @@ json_t *server__openenv_step(struct server *s, const json_t *req, const char *ep
         json_object_set_new(args, "episode_id", json_string(id));
     json_t *r = NULL;
     if (server_call_tool(s, json_string_value(tool), args, &r) != 0) {
+        /* A model's reply that names no tool (prose around its JSON, a misspelt name) is
+         * the model's mistake to see and mend, as an unknown tool is in the agent loop: an
+         * error observation, the episode going on. */
         json_decref(args);
-        *status = 422;
-        return json_pack("{s:s}", "error", "unknown tool (see /schema)");
+        *status = 200;
+        return json_pack("{s:{s:o, s:b, s:O, s:s?}, s:n, s:b}", "observation", "text",
+                         unknown_tool_text(s, json_string_value(tool)), "is_error", 1, "tool", tool,
+                         "episode_id", id, "reward", "done", 0);
     }
     json_decref(args);
     bool finish = strcmp(json_string_value(tool), "finish") == 0;

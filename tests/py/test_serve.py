@@ -20,6 +20,7 @@ mcp = pytest.importorskip("mcp")
 from mcp import Client, StdioServerParameters  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
 CA = os.environ.get("CUDA_AGENT") or str(REPO / os.environ.get("BUILD", "build") / "cuda-agent")
 CPU = REPO / "tests" / "eval" / "cpu"
 TASK = str(CPU / "task.py")
@@ -615,6 +616,12 @@ def test_openenv_client(server):
     st, _, r = server.request("POST", "/step", {"episode_id": ep, "action": {
         "tool": "Read", "arguments": {"file_path": "/workspace/model.py"}}})
     assert st == 200 and "class Model" in r["observation"]["text"] and r["reward"] is None
+    # An action naming no tool is the model's mistake to read, not an HTTP error.
+    st, _, r = server.request("POST", "/step", {"episode_id": ep, "action": {
+        "tool": "Nope \u00e9" * 20, "arguments": {}}})
+    assert st == 200 and r["observation"]["is_error"] is True and r["done"] is False, r
+    assert r["observation"]["text"].startswith("unknown tool 'Nope") and \
+        "...': an action is one JSON object" in r["observation"]["text"], r
     st, _, r = server.request("GET", f"/state?episode_id={ep}")
     assert st == 200 and r["step_count"] == 1
     st, _, r = server.request("POST", "/step", {"episode_id": ep, "action": {"tool": "finish"}})
@@ -626,7 +633,7 @@ def test_openenv_client(server):
 
 
 def test_integrations(server):
-    """The verl reward function and the verifiers taskset against a live server."""
+    """The verl reward function against a live server."""
     import sys
     sys.path.insert(0, str(REPO / "integrations" / "verl"))
     import reward
@@ -643,19 +650,43 @@ def test_integrations(server):
     assert reward.compute_score("cuda-agent", "no episode here", None) == -1.0
     st, _, schema = server.request("GET", "/schema")
     assert any(t["name"] == "finish" for t in schema["action"]["available_tools"])
-    try:
-        from verifiers.v1.tasksets.openenv.taskset import parse_action
-    except ImportError as e:  # verifiers pins mcp==2.0.0, which the rest of .venv outgrew
-        pytest.skip(f"verifiers is not importable: {e}")
-    sys.path.insert(0, str(REPO / "integrations" / "verifiers"))
-    import cuda_agent_verifiers as cav
-    assert len(cav.task_ids(server.url)) == 1
-    tasks = list(cav.taskset(server.url).load())
-    assert len(tasks) == 1 and tasks[0].data.reset["task"].startswith("task-")
-    action = parse_action('```json\n{"tool": "list_tasks", "arguments": {}}\n```',
-                          schema["action"])
-    st, _, r = server.request("POST", "/step", {"action": action})
-    assert st == 200 and r["observation"]["structured"]["total"] == 1
+
+
+VERIFIERS_PY = REPO / ".venv-verifiers" / "bin" / "python3"
+
+
+def test_verifiers_engine_plays_an_episode(server):
+    """verifiers' own OpenEnv engine (OpenEnvEnv.run, openenv's client, parse_action) plays an
+    episode of integrations/verifiers' taskset against the server, a scripted player in place
+    of the model: a reply with prose around its JSON (verifiers sends the whole text as the
+    tool name: an error observation, the episode going on), a fenced Bash call, then finish;
+    the reward verifiers records is the server's."""
+    if not VERIFIERS_PY.exists():
+        why = f"{VERIFIERS_PY} is missing: scripts/setup.sh --deps makes it"
+        if "verifiers" in os.environ.get("TEST_REQUIRE", "").split(","):
+            pytest.fail(f"TEST_REQUIRE names verifiers, but {why}")
+        pytest.skip(why)
+    bash = '{"tool": "Bash", "arguments": {"command": "ls /workspace"}}'
+    replies = [f"I will look first.\n```json\n{bash}\n```", f"```json\n{bash}\n```",
+               '{"tool": "finish", "arguments": {"final_eval": false}}']
+    r = subprocess.run([str(VERIFIERS_PY), str(HERE / "verifiers_episode.py"), server.url],
+                       input="\n".join(json.dumps(x) for x in replies), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = json.loads(r.stdout)
+    assert out["task_ids"] and out["reset"] == {"task": out["task_ids"][0]}
+    assert out["left"] == [] and out["stopped"] is None, out
+    first, prose, listing = out["shown"]  # the reset's observation, then each step's
+    assert "class Model" in first["observation"]["task_message"], first["observation"]
+    skill = (REPO / "template" / "SKILL.md").read_text().splitlines()[0]
+    assert skill in first["observation"]["system_prompt"], first["observation"]
+    assert "finish" in first["action_schema"]["properties"]["tool"]["enum"]
+    assert prose["observation"]["is_error"] is True, prose["observation"]
+    assert prose["observation"]["text"].startswith("unknown tool 'I will look first."), prose
+    assert "the tools are: list_tasks," in prose["observation"]["text"], prose
+    assert listing["observation"]["is_error"] is False, listing["observation"]
+    assert "model.py" in listing["observation"]["text"], listing["observation"]
+    assert out["rewards"] == {"openenv_reward": -1.0}
 
 
 def test_idle_ttl(env):
