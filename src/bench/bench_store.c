@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/db.h"
 #include "core/json.h"
 #include "core/util.h"
 #include "eval/eval_report.h"
@@ -65,37 +66,14 @@ static const char *verdict_name(enum bench_verdict v)
     return "pending";
 }
 
-static int db_fail(struct bench_store *s, struct ca_err *err, const char *what)
-{
-    return err_setf(err, CA_EPARSE, "%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
-}
-
-static int exec(struct bench_store *s, const char *sql, struct ca_err *err)
-{
-    char *msg = NULL;
-    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        int rc = err_setf(err, CA_EPARSE, "%s: %s", s->path, msg ? msg : "SQLite error");
-        sqlite3_free(msg);
-        return rc;
-    }
-    return 0;
-}
-
-static int prepare(struct bench_store *s, const char *sql, sqlite3_stmt **st, struct ca_err *err)
-{
-    if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
-        return db_fail(s, err, "preparing a query");
-    return 0;
-}
-
 int bench_store_begin(struct bench_store *s, struct ca_err *err)
 {
-    return exec(s, "BEGIN IMMEDIATE", err);
+    return db_exec(s->db, s->path, "BEGIN IMMEDIATE", err);
 }
 
 int bench_store_commit(struct bench_store *s, struct ca_err *err)
 {
-    return exec(s, "COMMIT", err);
+    return db_exec(s->db, s->path, "COMMIT", err);
 }
 
 void bench_store_rollback(struct bench_store *s)
@@ -103,31 +81,30 @@ void bench_store_rollback(struct bench_store *s)
     (void)sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
+/* The meta value in out (bounded by its maximum), or NULL. */
 static const char *meta_get(struct bench_store *s, const char *key, struct buf *out)
 {
-    sqlite3_stmt *st;
-    const char *v = NULL;
-    if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = ?", -1, &st, NULL))
-        return NULL;
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW) {
+    char *v = db_meta_get(s->db, key);
+    const char *r = NULL;
+    if (v) {
         buf_reset(out);
-        if (buf_addstr(out, (const char *)sqlite3_column_text(st, 0)) == 0)
-            v = out->data;
+        if (buf_addstr(out, v) == 0)
+            r = out->data;
     }
-    sqlite3_finalize(st);
-    return v;
+    free(v);
+    return r;
 }
 
 static int meta_set(struct bench_store *s, const char *key, const char *value, struct ca_err *err)
 {
     sqlite3_stmt *st;
-    int rc = prepare(s, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", &st, err);
+    int rc = db_prepare(s->db, s->path, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", &st,
+                        err);
     if (rc)
         return rc;
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing meta");
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s->db, s->path, err, "writing meta");
     sqlite3_finalize(st);
     return rc;
 }
@@ -230,7 +207,8 @@ static int create_schema(struct bench_store *s, const json_t *config, struct ca_
     snprintf(ver, sizeof(ver), "%d", BENCH_SCHEMA_VERSION);
     snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
     char *cfg = json_dumps(config, JSON_COMPACT | JSON_SORT_KEYS);
-    if ((rc = exec(s, SCHEMA, err)) || (rc = meta_set(s, "schema", BENCH_SCHEMA, err)) ||
+    if ((rc = db_exec(s->db, s->path, SCHEMA, err)) ||
+        (rc = meta_set(s, "schema", BENCH_SCHEMA, err)) ||
         (rc = meta_set(s, "schema_version", ver, err)) ||
         (rc = meta_set(s, "config", cfg ? cfg : "{}", err)) ||
         (rc = meta_set(s, "created_at", now, err)) || (rc = bench_store_commit(s, err))) {
@@ -252,13 +230,9 @@ int bench_store_open(const char *path, const json_t *config, struct bench_store 
     struct bench_store *s = xcalloc(1, sizeof(*s));
     s->path = xstrdup(path);
     int flags = SQLITE_OPEN_READWRITE | (config ? SQLITE_OPEN_CREATE : 0);
-    int rc = 0;
-    if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
-        rc = err_setf(err, CA_EPARSE, "%s: cannot open as SQLite: %s", path,
-                      s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    int rc = db_open(path, flags, &s->db, err);
+    if (rc)
         goto fail;
-    }
-    sqlite3_busy_timeout(s->db, 10000);
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "SELECT count(*) FROM sqlite_master", -1, &st, NULL) !=
         SQLITE_OK) {
@@ -274,7 +248,7 @@ int bench_store_open(const char *path, const json_t *config, struct bench_store 
                       sqlite3_errmsg(s->db));
         goto fail;
     }
-    if ((rc = exec(s, "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;", err)))
+    if ((rc = db_exec(s->db, s->path, "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON;", err)))
         goto fail;
     if (ntables == 0 && config)
         rc = create_schema(s, config, err);
@@ -308,10 +282,10 @@ int bench_store_add_task(struct bench_store *s, const char *id, const char *name
                          const char *origin, uint64_t hash, const char *code, struct ca_err *err)
 {
     sqlite3_stmt *st;
-    int rc = prepare(s,
-                     "INSERT OR IGNORE INTO tasks(id, name, level, origin, hash, code)"
-                     " VALUES(?, ?, ?, ?, ?, ?)",
-                     &st, err);
+    int rc = db_prepare(s->db, s->path,
+                        "INSERT OR IGNORE INTO tasks(id, name, level, origin, hash, code)"
+                        " VALUES(?, ?, ?, ?, ?, ?)",
+                        &st, err);
     if (rc)
         return rc;
     char hex[17];
@@ -322,7 +296,7 @@ int bench_store_add_task(struct bench_store *s, const char *id, const char *name
     sqlite3_bind_text(st, 4, origin, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, hex, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 6, code, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing a task");
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s->db, s->path, err, "writing a task");
     sqlite3_finalize(st);
     return rc;
 }
@@ -345,10 +319,10 @@ static const char *kind_name(enum bench_kind k)
 int bench_store_plan(struct bench_store *s, struct bench_attempt *a, struct ca_err *err)
 {
     sqlite3_stmt *st;
-    int rc = prepare(s,
-                     "INSERT OR IGNORE INTO attempts(task_id, key, kind, source, label, extra)"
-                     " VALUES(?, ?, ?, ?, ?, ?)",
-                     &st, err);
+    int rc = db_prepare(s->db, s->path,
+                        "INSERT OR IGNORE INTO attempts(task_id, key, kind, source, label, extra)"
+                        " VALUES(?, ?, ?, ?, ?, ?)",
+                        &st, err);
     if (rc)
         return rc;
     char *extra = a->extra ? json_dumps(a->extra, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -358,19 +332,20 @@ int bench_store_plan(struct bench_store *s, struct bench_attempt *a, struct ca_e
     sqlite3_bind_text(st, 4, a->source, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, a->label, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 6, extra, -1, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing an attempt");
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s->db, s->path, err, "writing an attempt");
     sqlite3_finalize(st);
     free(extra);
     if (rc)
         return rc;
-    if ((rc = prepare(s, "SELECT id FROM attempts WHERE task_id = ? AND key = ?", &st, err)))
+    if ((rc = db_prepare(s->db, s->path, "SELECT id FROM attempts WHERE task_id = ? AND key = ?",
+                         &st, err)))
         return rc;
     sqlite3_bind_text(st, 1, a->task_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, a->key, -1, SQLITE_STATIC);
     if (sqlite3_step(st) == SQLITE_ROW)
         a->id = sqlite3_column_int64(st, 0);
     else
-        rc = db_fail(s, err, "reading an attempt back");
+        rc = db_fail(s->db, s->path, err, "reading an attempt back");
     sqlite3_finalize(st);
     return rc;
 }
@@ -378,13 +353,15 @@ int bench_store_plan(struct bench_store *s, struct bench_attempt *a, struct ca_e
 int bench_store_finished(struct bench_store *s, int64_t attempt_id, bool *done, struct ca_err *err)
 {
     sqlite3_stmt *st;
-    int rc = prepare(s, "SELECT 1 FROM reports WHERE attempt_id = ?", &st, err);
+    int rc = db_prepare(s->db, s->path, "SELECT 1 FROM reports WHERE attempt_id = ?", &st, err);
     if (rc)
         return rc;
     sqlite3_bind_int64(st, 1, attempt_id);
     int step = sqlite3_step(st);
     *done = step == SQLITE_ROW;
-    rc = step == SQLITE_ROW || step == SQLITE_DONE ? 0 : db_fail(s, err, "reading a report");
+    rc = step == SQLITE_ROW || step == SQLITE_DONE
+             ? 0
+             : db_fail(s->db, s->path, err, "reading a report");
     sqlite3_finalize(st);
     return rc;
 }
@@ -429,10 +406,10 @@ static int record_baseline(struct bench_store *s, int64_t attempt_id, const json
         hash = fallback;
     }
     sqlite3_stmt *st;
-    int rc = prepare(s,
-                     "INSERT OR IGNORE INTO baselines(task_hash, device, torch, eager_ms,"
-                     " compile_ms, cached, attempt_id) VALUES(?, ?, ?, ?, ?, ?, ?)",
-                     &st, err);
+    int rc = db_prepare(s->db, s->path,
+                        "INSERT OR IGNORE INTO baselines(task_hash, device, torch, eager_ms,"
+                        " compile_ms, cached, attempt_id) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                        &st, err);
     if (rc)
         return rc;
     sqlite3_bind_text(st, 1, hash, -1, SQLITE_STATIC);
@@ -443,7 +420,7 @@ static int record_baseline(struct bench_store *s, int64_t attempt_id, const json
     sqlite3_bind_int(
         st, 6, json_is_true(json_object_get(json_object_get(h, "timing"), "baseline_cached")));
     sqlite3_bind_int64(st, 7, attempt_id);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing a baseline");
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s->db, s->path, err, "writing a baseline");
     sqlite3_finalize(st);
     return rc;
 }
@@ -459,11 +436,11 @@ static int insert_report(struct bench_store *s, int64_t attempt_id, const json_t
     if (!text)
         return err_setf(err, CA_EPARSE, "%s: an evaluator report could not be serialised", s->path);
     sqlite3_stmt *st;
-    int rc = prepare(s,
-                     "INSERT INTO reports(attempt_id, verdict, ok, stage, reward, speedup_eager,"
-                     " speedup_compile, eager_ms, compile_ms, candidate_ms, peak_fraction,"
-                     " timing_noisy, message, json) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                     &st, err);
+    int rc = db_prepare(s->db, s->path,
+                        "INSERT INTO reports(attempt_id, verdict, ok, stage, reward, speedup_eager,"
+                        " speedup_compile, eager_ms, compile_ms, candidate_ms, peak_fraction,"
+                        " timing_noisy, message, json) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        &st, err);
     if (rc) {
         free(text);
         return rc;
@@ -485,7 +462,7 @@ static int insert_report(struct bench_store *s, int64_t attempt_id, const json_t
     sqlite3_bind_int(st, 12, r.timing_noisy);
     sqlite3_bind_text(st, 13, r.message, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 14, text, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing a report");
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s->db, s->path, err, "writing a report");
     sqlite3_finalize(st);
     free(text);
     return rc;
@@ -495,10 +472,10 @@ static int insert_timing(struct bench_store *s, int64_t attempt_id, const json_t
                          const struct bench_timing *t, struct ca_err *err)
 {
     sqlite3_stmt *st;
-    int rc = prepare(s,
-                     "INSERT INTO timings(attempt_id, started_us, finished_us, wall_ms,"
-                     " compile_ms, harness_ms, stage_ms) VALUES(?,?,?,?,?,?,?)",
-                     &st, err);
+    int rc = db_prepare(s->db, s->path,
+                        "INSERT INTO timings(attempt_id, started_us, finished_us, wall_ms,"
+                        " compile_ms, harness_ms, stage_ms) VALUES(?,?,?,?,?,?,?)",
+                        &st, err);
     if (rc)
         return rc;
     const json_t *sm = json_object_get(report, "stage_ms");
@@ -510,7 +487,7 @@ static int insert_timing(struct bench_store *s, int64_t attempt_id, const json_t
     bind_num(st, 5, jnum(sm, "compile"));
     bind_num(st, 6, jnum(sm, "harness"));
     sqlite3_bind_text(st, 7, stage_ms, -1, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing a timing");
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s->db, s->path, err, "writing a timing");
     sqlite3_finalize(st);
     free(stage_ms);
     return rc;
@@ -520,8 +497,9 @@ static int insert_agent(struct bench_store *s, int64_t attempt_id, const json_t 
                         struct ca_err *err)
 {
     sqlite3_stmt *st;
-    int rc = prepare(s, "INSERT INTO agent_results(attempt_id, out_dir, result) VALUES(?,?,?)", &st,
-                     err);
+    int rc = db_prepare(s->db, s->path,
+                        "INSERT INTO agent_results(attempt_id, out_dir, result) VALUES(?,?,?)", &st,
+                        err);
     if (rc)
         return rc;
     char *text = json_dumps(agent, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -529,7 +507,8 @@ static int insert_agent(struct bench_store *s, int64_t attempt_id, const json_t 
     sqlite3_bind_text(st, 2, json_string_value(json_object_get(agent, "out_dir")), -1,
                       SQLITE_STATIC);
     sqlite3_bind_text(st, 3, text ? text : "{}", -1, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing an agent result");
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0
+                                         : db_fail(s->db, s->path, err, "writing an agent result");
     sqlite3_finalize(st);
     free(text);
     return rc;
@@ -551,10 +530,11 @@ int bench_store_record(struct bench_store *s, int64_t attempt_id, const json_t *
         (rc = insert_timing(s, attempt_id, report, t, err)) ||
         (rc = record_baseline(s, attempt_id, report, err)) ||
         (agent && (rc = insert_agent(s, attempt_id, agent, err))) ||
-        (rc = prepare(s, "UPDATE attempts SET status = 'done' WHERE id = ?", &st, err)))
+        (rc = db_prepare(s->db, s->path, "UPDATE attempts SET status = 'done' WHERE id = ?", &st,
+                         err)))
         goto fail;
     sqlite3_bind_int64(st, 1, attempt_id);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "updating an attempt");
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s->db, s->path, err, "updating an attempt");
     sqlite3_finalize(st);
     if (rc || (rc = bench_store_commit(s, err)))
         goto fail;
@@ -580,12 +560,12 @@ int bench_store_reset_infra(struct bench_store *s, size_t *n, struct ca_err *err
         "UPDATE attempts SET status = 'pending' WHERE id IN (SELECT attempt_id FROM reset)",
     };
     for (size_t i = 0; i < ARRAY_SIZE(sql) && !rc; i++) {
-        rc = exec(s, sql[i], err);
+        rc = db_exec(s->db, s->path, sql[i], err);
         if (!rc && i == ARRAY_SIZE(sql) - 1)
             *n = (size_t)sqlite3_changes(s->db);
     }
     if (!rc)
-        rc = exec(s, "DROP TABLE reset", err);
+        rc = db_exec(s->db, s->path, "DROP TABLE reset", err);
     if (!rc)
         rc = bench_store_commit(s, err);
     if (rc)
@@ -597,12 +577,14 @@ int bench_store_set_env(struct bench_store *s, const char *key, const char *valu
                         struct ca_err *err)
 {
     sqlite3_stmt *st;
-    int rc = prepare(s, "INSERT OR REPLACE INTO environment(key, value) VALUES(?, ?)", &st, err);
+    int rc = db_prepare(s->db, s->path,
+                        "INSERT OR REPLACE INTO environment(key, value) VALUES(?, ?)", &st, err);
     if (rc)
         return rc;
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing the environment");
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0
+                                         : db_fail(s->db, s->path, err, "writing the environment");
     sqlite3_finalize(st);
     return rc;
 }
@@ -645,15 +627,17 @@ int bench_store_export(struct bench_store *s, bool with_reports, json_t **out, s
     json_object_set_new(ex, "environment", env);
     json_object_set_new(ex, "tasks", tasks);
     sqlite3_stmt *st = NULL;
-    int rc = prepare(s, "SELECT key, value FROM environment ORDER BY key", &st, err);
+    int rc =
+        db_prepare(s->db, s->path, "SELECT key, value FROM environment ORDER BY key", &st, err);
     if (rc)
         goto fail;
     while (sqlite3_step(st) == SQLITE_ROW)
         json_object_set_new(env, (const char *)sqlite3_column_text(st, 0), col_json(st, 1));
     sqlite3_finalize(st);
 
-    if ((rc = prepare(s, "SELECT id, name, level, origin FROM tasks ORDER BY level, name", &st,
-                      err)))
+    if ((rc = db_prepare(s->db, s->path,
+                         "SELECT id, name, level, origin FROM tasks ORDER BY level, name", &st,
+                         err)))
         goto fail;
     json_t *by_id = json_object(); /* borrowed task objects */
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -677,7 +661,7 @@ int bench_store_export(struct bench_store *s, bool with_reports, json_t **out, s
               " LEFT JOIN timings t ON t.attempt_id = a.id"
               " LEFT JOIN agent_results g ON g.attempt_id = a.id ORDER BY a.id"
             : EXPORT_NO_REPORTS;
-    if ((rc = prepare(s, q, &st, err))) {
+    if ((rc = db_prepare(s->db, s->path, q, &st, err))) {
         json_decref(by_id);
         goto fail;
     }

@@ -181,6 +181,25 @@ out:
     return rc;
 }
 
+bool cli_parse_cmd(const struct cli_spec *spec, int argc, char **argv, char ***args, int *nargs,
+                   int *rc)
+{
+    char **pos;
+    int npos;
+    *rc = cli_parse(spec, argc, argv, &pos, &npos);
+    if (*rc) {
+        *rc = *rc < 0 ? CLI_OK : *rc;
+        return false;
+    }
+    if (args) {
+        *args = pos;
+        *nargs = npos;
+    } else {
+        free(pos);
+    }
+    return true;
+}
+
 int cli_exit_code(int code)
 {
     switch (code) {

@@ -52,6 +52,14 @@ struct cli_spec {
  * printed (the caller returns CLI_OK).
  */
 int cli_parse(const struct cli_spec *spec, int argc, char **argv, char ***args, int *nargs);
+/*
+ * cli_parse as a command's first step. true: go on, *rc is 0 and *args the positionals (the
+ * caller frees them; with args NULL they are freed here, for a command that takes none).
+ * false: the command is done and returns *rc, CLI_OK after --help or CLI_USAGE after a usage
+ * error (printed).
+ */
+bool cli_parse_cmd(const struct cli_spec *spec, int argc, char **argv, char ***args, int *nargs,
+                   int *rc);
 void cli_print_help(const struct cli_spec *spec);
 
 /* Print "cuda-agent: error: <msg>" to stderr and return the exit code for err. */

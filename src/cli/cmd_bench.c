@@ -218,10 +218,9 @@ static int bench_run_cmd(int argc, char **argv)
         .max_args = 1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     const char *tasks_arg = nargs ? args[0] : NULL;
     free(args);
     int sources = !!po.solutions + !!po.map + !!po.workspaces + !!po.replay + !!ro.model;
@@ -433,10 +432,9 @@ static int bench_report_cmd(int argc, char **argv)
         .max_args = 1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     struct ca_err err = {0};
     struct bench_store *s = NULL;
     rc = bench_store_open(args[0], NULL, &s, &err);
@@ -468,10 +466,9 @@ static int bench_compare_cmd(int argc, char **argv)
         .max_args = 2,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     struct ca_err err = {0};
     struct bench_store *a = NULL, *b = NULL;
     json_t *ea = NULL, *eb = NULL;

@@ -56,10 +56,9 @@ static int data_list(int argc, char **argv)
         .max_args = -1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     struct task_set set;
     task_set_init(&set);
     struct ca_err err = {0};
@@ -108,10 +107,9 @@ static int data_show(int argc, char **argv)
         .max_args = 1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     struct task_set set;
     task_set_init(&set);
     struct ca_err err = {0};
@@ -164,10 +162,9 @@ static int data_import(int argc, char **argv)
         .max_args = -1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     if (!out_path) {
         free(args);
         return cli_usage_error("data import", "-o/--output is required");

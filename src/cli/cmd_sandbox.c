@@ -35,10 +35,9 @@ int cmd_candidate_sandbox(int argc, char **argv)
         .max_args = -1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     struct candbox_spec s;
     json_t *owner = NULL;
     struct ca_err err = {0};

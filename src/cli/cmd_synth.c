@@ -115,12 +115,9 @@ static int synth_run_cmd(int argc, char **argv)
         .min_args = 0,
         .max_args = 0,
     };
-    char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
-    free(args); /* no positionals */
+    int rc;
+    if (!cli_parse_cmd(&spec, argc, argv, NULL, NULL, &rc))
+        return rc;
     if (!o.out_dir)
         return cli_usage_error("synth run", "give an output folder with --out DIR");
     if (seeds && parse_seeds(seeds, &o.seed_lo, &o.seed_hi))
@@ -195,12 +192,9 @@ static int synth_catalog_cmd(int argc, char **argv)
         .min_args = 0,
         .max_args = 0,
     };
-    char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
-    free(args); /* no positionals */
+    int rc;
+    if (!cli_parse_cmd(&spec, argc, argv, NULL, NULL, &rc))
+        return rc;
     struct ca_err err = {0};
     char *tmp = NULL;
     if (!out) {
@@ -243,10 +237,9 @@ static int synth_report_cmd(int argc, char **argv)
         .max_args = 1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     const char *dir = args[0];
     free(args);
     struct buf b;
@@ -274,10 +267,9 @@ static int synth_export_cmd(int argc, char **argv)
         .max_args = 1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     const char *dir = args[0];
     free(args);
     struct ca_err err = {0};

@@ -37,10 +37,9 @@ static int ws_create(int argc, char **argv)
         .max_args = 1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     if (!task_ref) {
         free(args);
         return cli_usage_error("workspace create", "--task is required");
@@ -103,10 +102,9 @@ static int ws_check(int argc, char **argv)
         .max_args = 1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     struct ca_err err = {0};
     json_t *report;
     rc = workspace_check(args[0], &report, &err);

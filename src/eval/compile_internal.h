@@ -3,7 +3,7 @@
  * (compile_run.c, compile_pool.c, compile_retry.c, compile_flags.c,
  * compile_pch.c, compile_link.c, compile_report.c), compile_toolchain.c
  * (discovery), compile_cache.c (keys and the cache directory),
- * compile_split.c (cutting cu-torch sources) and compile_log.c (mapping and
+ * compile_split*.c (cutting cu-torch sources) and compile_log.c (mapping and
  * trimming compiler output). Also used by the unit tests. Not part of the
  * module's interface.
  */
@@ -140,7 +140,7 @@ int compile__cache_store(const char *file, const char *path, struct ca_err *err)
 int compile__copy_atomic(const char *src, const char *dst, mode_t mode,
                          struct ca_err *err) WARN_UNUSED_RESULT;
 
-/* ---- load_inline cuda sources cut in two (compile_split.c) ---- */
+/* ---- load_inline cuda sources cut in two (compile_split*.c) ---- */
 
 /*
  * A cu-torch source as two translation units with the source's line numbers (after a #line
@@ -165,6 +165,121 @@ int compile__split_source(struct sv src, const char *name, struct compile__split
  * Itanium source name): 1 and why, 0 when none, negative when the file cannot be read.
  */
 int compile__split_check_object(const char *path, struct sv names, char *why, size_t why_len);
+
+/*
+ * The cut's own state and steps, shared by the files that make it: compile_split.c (the
+ * order of the steps, why not), compile_split_lex.c (tokens and brackets),
+ * compile_split_items.c (macros and namespace-scope items), compile_split_place.c (what
+ * each half gets of each item, and the checks that decline) and compile_split_emit.c (the two
+ * halves written). Every step that returns int returns 0 or 1: declined, with
+ * compile__cut_decline's reason in why.
+ */
+enum compile__tok_kind {
+    COMPILE__TK_IDENT,
+    COMPILE__TK_NUMBER,
+    COMPILE__TK_STRING,
+    COMPILE__TK_PUNCT,
+    COMPILE__TK_DIRECTIVE
+};
+
+struct compile__tok {
+    enum compile__tok_kind kind;
+    size_t off, len;
+    bool glued; /* starts where the previous token ended: no space or comment between */
+};
+
+enum compile__item_kind {
+    COMPILE__IT_DIRECTIVE,
+    COMPILE__IT_OPEN,
+    COMPILE__IT_CLOSE,
+    COMPILE__IT_EMPTY,
+    COMPILE__IT_DECL,
+    COMPILE__IT_CLASS,
+    COMPILE__IT_FUNC
+};
+enum compile__item_side {
+    COMPILE__SIDE_HOST,
+    COMPILE__SIDE_KERNEL,
+    COMPILE__SIDE_DEVICE,
+    COMPILE__SIDE_HD
+};
+/* What a half gets of an item. */
+enum compile__place { COMPILE__PL_TEXT, COMPILE__PL_BLANK, COMPILE__PL_PROTO, COMPILE__PL_DELETED };
+
+struct compile__item {
+    enum compile__item_kind kind;
+    size_t t0, t1; /* tokens [t0, t1) */
+    size_t head;   /* the first token after the template<...> prefixes */
+    size_t body;   /* COMPILE__IT_FUNC: the body's '{' */
+    size_t name; /* COMPILE__IT_FUNC and function declarations: the name's token; SIZE_MAX: none */
+    enum compile__item_side side;
+    bool in_anon;  /* in an unnamed namespace */
+    bool torch;    /* names torch: its namespaces, macros, or a macro of the source using them */
+    bool tmpl;     /* a template */
+    bool internal; /* static, or in an unnamed namespace */
+    bool inl;      /* inline, __forceinline__ or constexpr */
+    bool typeish;  /* COMPILE__IT_DECL: typedef, using, static_assert, alias, forward declaration */
+    bool proto;    /* COMPILE__IT_DECL: declares a function */
+    bool dev_only_var; /* COMPILE__IT_DECL: a device variable, or a host one that can change */
+    bool static_local; /* COMPILE__IT_FUNC, COMPILE__IT_CLASS: a static or thread_local inside */
+    bool launches;     /* a <<< >>> launch inside */
+    enum compile__place dev, host;
+};
+
+struct compile__cut {
+    struct sv src;
+    struct compile__tok *t;
+    size_t n, talloc;
+    struct compile__item *it;
+    size_t ni, ialloc;
+    /* The source's #define names; whether each uses torch, or makes declarations. */
+    struct sv *macros;
+    bool *macro_torch, *macro_structural;
+    size_t nmacros, macros_alloc;
+    /* Identifiers the host half names (a byte per token: used there). */
+    bool *host_names;
+    char *why;
+    size_t why_len;
+};
+
+/* 1, with the first reason given kept in s->why (compile_split.c). */
+int compile__cut_decline(struct compile__cut *s, const char *fmt, ...) CA_PRINTF(2, 3);
+
+/* Tokens and brackets (compile_split_lex.c). */
+bool compile__cut_ident_char(char c);
+int compile__cut_lex(struct compile__cut *s);
+struct sv compile__cut_tok_sv(const struct compile__cut *s, size_t i);
+size_t compile__cut_tok_end(const struct compile__cut *s, size_t i);
+bool compile__cut_is_punct(const struct compile__cut *s, size_t i, char c);
+bool compile__cut_is_ident(const struct compile__cut *s, size_t i, const char *name);
+bool compile__cut_triple(const struct compile__cut *s, size_t i, char c);
+bool compile__cut_scope_op(const struct compile__cut *s, size_t i);
+bool compile__cut_launch_at(const struct compile__cut *s, size_t i);
+size_t compile__cut_match(const struct compile__cut *s, size_t i);
+size_t compile__cut_match_angle(const struct compile__cut *s, size_t i);
+
+/* Macros and namespace-scope items (compile_split_items.c). */
+long compile__cut_macro_index(const struct compile__cut *s, struct sv name);
+void compile__cut_scan_macros(struct compile__cut *s);
+bool compile__cut_torch_token(const struct compile__cut *s, size_t i);
+bool compile__cut_class_key(const struct compile__cut *s, size_t i);
+bool compile__cut_assign_eq(const struct compile__cut *s, size_t i);
+size_t compile__cut_head_name(const struct compile__cut *s, size_t a, size_t b, bool *qualified);
+void compile__cut_head_flags(const struct compile__cut *s, struct compile__item *it, size_t a,
+                             size_t b);
+int compile__cut_parse_items(struct compile__cut *s);
+
+/* What each half gets, and the checks (compile_split_place.c). */
+int compile__cut_classify(struct compile__cut *s, bool *dev_only_names);
+struct sv compile__cut_system_include(const struct compile__cut *s, size_t i);
+int compile__cut_check_includes(struct compile__cut *s);
+int compile__cut_place_items(struct compile__cut *s, bool *torch_functions);
+int compile__cut_check_host_refs(struct compile__cut *s, const bool *dev_only_names,
+                                 struct buf *names);
+
+/* The two halves (compile_split_emit.c). */
+int compile__cut_write_halves(struct compile__cut *s, const char *name, bool torch_functions,
+                              struct compile__split *out);
 
 /* ---- compiler output (compile_log.c) ---- */
 

@@ -1,6 +1,6 @@
 /*
  * sandbox_internal.h - what the files of src/sandbox share: the plan that
- * sandbox.c builds before clone and sandbox_init.c applies inside, the
+ * sandbox.c builds before clone and sandbox_init*.c applies inside, the
  * control-socket protocol between the host side and init, the seccomp
  * program (sandbox_seccomp.c) and the cgroup helpers (sandbox_cgroup.c).
  *
@@ -169,6 +169,48 @@ struct sandbox__msg {
  * ctl, then serve as init until ctl closes. Never returns.
  */
 CA_NORETURN void sandbox__child_main(const struct sandbox__plan *plan, int ctl);
+
+/*
+ * What the files of the clone child share (sandbox_init*.c). Only the child
+ * touches any of it, in its own copy of memory, and only with
+ * async-signal-safe calls (sandbox_init.c says why).
+ */
+struct sandbox__init_state {
+    const struct sandbox__plan *plan;
+    int ctl, sigfd, devnull;
+    int tracked[SANDBOX__MAX_TRACKED];
+    size_t ntracked;
+    /* One EXEC request: header + strings (+1 for a guard NUL). */
+    union {
+        struct sandbox__msg msg;
+        char bytes[sizeof(struct sandbox__msg) + SANDBOX__REQ_MAX + 1];
+    } req;
+};
+extern struct sandbox__init_state sandbox__init_st;
+
+/* Helpers (sandbox_init_safe.c). */
+size_t sandbox__init_str_len(const char *s);
+void sandbox__init_put_str(char *buf, size_t cap, size_t *pos, const char *s);
+/* One message on the control socket: 0, or -1 when it is gone. */
+int sandbox__init_send_msg(const struct sandbox__msg *m);
+/* SETUP_FAIL {step, index, e} to the host, then _exit(1). */
+CA_NORETURN void sandbox__init_setup_fail(int step, int index, int e);
+void sandbox__init_close_from(unsigned lo, unsigned hi, int flags);
+
+/* The plan's mount ops (sandbox_init_mount.c): 0 or a positive errno. */
+void sandbox__init_preopen_binds(const struct sandbox__plan *p);
+int sandbox__init_apply_op(const struct sandbox__op *op, size_t index);
+
+/* The loop (sandbox_init_loop.c). */
+CA_NORETURN void sandbox__init_serve(void);
+
+/* Starting programs (sandbox_init_exec.c). */
+void sandbox__init_reply_exec(uint32_t seq, int pid, int stage, int e);
+void sandbox__init_handle_exec(size_t got, int fds[SANDBOX__EXEC_NFDS]);
+
+/* Killing process trees (sandbox_init_kill.c). */
+int sandbox__init_kill_tree(int root, int sig, bool include_root);
+void sandbox__init_handle_kill(void);
 
 /* ---- seccomp ---- */
 

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/buf.h"
+#include "core/db.h"
 #include "core/fs.h"
 #include "core/hash.h"
 #include "core/json.h"
@@ -36,47 +37,17 @@ static const char *SCHEMA =
     " created_us INTEGER NOT NULL, PRIMARY KEY(stream, seed));"
     "CREATE UNIQUE INDEX accepted_key ON candidates(key) WHERE status = 'accepted';";
 
-static int db_fail(struct synth_store *s, struct ca_err *err, const char *what)
-{
-    return err_setf(err, CA_EPARSE, "%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
-}
-
-static int exec_sql(struct synth_store *s, const char *sql, struct ca_err *err)
-{
-    char *msg = NULL;
-    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        int rc = err_setf(err, CA_EPARSE, "%s: %s", s->path, msg ? msg : "SQLite error");
-        sqlite3_free(msg);
-        return rc;
-    }
-    return 0;
-}
-
 static int meta_put(struct synth_store *s, const char *key, const char *value, struct ca_err *err)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", -1, &st,
                            NULL) != SQLITE_OK)
-        return db_fail(s, err, "writing meta");
+        return db_fail(s->db, s->path, err, "writing meta");
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing meta");
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s->db, s->path, err, "writing meta");
     sqlite3_finalize(st);
     return rc;
-}
-
-/* The meta value as a heap string, or NULL. */
-static char *meta_get(struct synth_store *s, const char *key)
-{
-    sqlite3_stmt *st;
-    char *v = NULL;
-    if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = ?", -1, &st, NULL))
-        return NULL;
-    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW)
-        v = xstrdup((const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
-    return v;
 }
 
 static int create_schema(struct synth_store *s, const json_t *settings, struct ca_err *err)
@@ -84,9 +55,9 @@ static int create_schema(struct synth_store *s, const json_t *settings, struct c
     char version[16];
     snprintf(version, sizeof(version), "%d", SYNTH_SCHEMA_VERSION);
     char *text = json_dumps(settings, JSON_SORT_KEYS | JSON_COMPACT);
-    int rc = exec_sql(s, "BEGIN IMMEDIATE", err);
+    int rc = db_exec(s->db, s->path, "BEGIN IMMEDIATE", err);
     if (rc == 0)
-        rc = exec_sql(s, SCHEMA, err);
+        rc = db_exec(s->db, s->path, SCHEMA, err);
     if (rc == 0)
         rc = meta_put(s, "schema", SYNTH_SCHEMA, err);
     if (rc == 0)
@@ -94,7 +65,7 @@ static int create_schema(struct synth_store *s, const json_t *settings, struct c
     if (rc == 0)
         rc = meta_put(s, "settings", text, err);
     if (rc == 0)
-        rc = exec_sql(s, "COMMIT", err);
+        rc = db_exec(s->db, s->path, "COMMIT", err);
     else
         (void)sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     free(text);
@@ -103,8 +74,8 @@ static int create_schema(struct synth_store *s, const json_t *settings, struct c
 
 static int check_existing(struct synth_store *s, const json_t *settings, struct ca_err *err)
 {
-    char *schema = meta_get(s, "schema"), *version = meta_get(s, "version");
-    char *stored = meta_get(s, "settings");
+    char *schema = db_meta_get(s->db, "schema"), *version = db_meta_get(s->db, "version");
+    char *stored = db_meta_get(s->db, "settings");
     int rc = 0;
     if (!schema || strcmp(schema, SYNTH_SCHEMA) != 0 || !stored) {
         rc = err_setf(err, CA_EPARSE, "%s is not a synth store; give --out a new folder", s->path);
@@ -162,13 +133,9 @@ int synth__store_open(const char *dir, const json_t *settings, struct synth_stor
     struct synth_store *s = xcalloc(1, sizeof(*s));
     s->path = buf_detach(&path, NULL);
     int flags = SQLITE_OPEN_READWRITE | (settings ? SQLITE_OPEN_CREATE : 0);
-    int rc = 0;
-    if (sqlite3_open_v2(s->path, &s->db, flags, NULL) != SQLITE_OK) {
-        rc = err_setf(err, CA_EPARSE, "%s: cannot open as SQLite: %s", s->path,
-                      s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    int rc = db_open(s->path, flags, &s->db, err);
+    if (rc)
         goto fail;
-    }
-    sqlite3_busy_timeout(s->db, 10000);
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "SELECT count(*) FROM sqlite_master", -1, &st, NULL) !=
         SQLITE_OK) {
@@ -183,7 +150,7 @@ int synth__store_open(const char *dir, const json_t *settings, struct synth_stor
                       sqlite3_errmsg(s->db));
         goto fail;
     }
-    if ((rc = exec_sql(s, "PRAGMA journal_mode=WAL;", err)))
+    if ((rc = db_exec(s->db, s->path, "PRAGMA journal_mode=WAL;", err)))
         goto fail;
     rc = ntables == 0 && settings ? create_schema(s, settings, err)
                                   : check_existing(s, settings, err);
@@ -336,7 +303,7 @@ int synth__store_record(struct synth_store *s, const char *stream, const json_t 
                            " code, ops, depth, eager_ms, compile_ms, filters, key, answer,"
                            " created_us) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            -1, &st, NULL) != SQLITE_OK) {
-        rc = db_fail(s, err, "recording a candidate");
+        rc = db_fail(s->db, s->path, err, "recording a candidate");
         goto out;
     }
     sqlite3_bind_text(st, 1, stream, -1, SQLITE_STATIC);
@@ -360,7 +327,7 @@ int synth__store_record(struct synth_store *s, const char *stream, const json_t 
     sqlite3_bind_text(st, 15, answer_text, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 16, ca_now_us());
     if (sqlite3_step(st) != SQLITE_DONE)
-        rc = db_fail(s, err, "recording a candidate");
+        rc = db_fail(s->db, s->path, err, "recording a candidate");
 out:
     sqlite3_finalize(st);
     free(ops_text);
@@ -394,7 +361,7 @@ int synth__store_each(struct synth_store *s, bool accepted_only,
             : "SELECT stream, seed, status, filter, reason, id, name, code, ops, depth, eager_ms,"
               " compile_ms, filters, key FROM candidates ORDER BY stream, seed";
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return db_fail(s, err, "reading candidates");
+        return db_fail(s->db, s->path, err, "reading candidates");
     int rc = 0, step;
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
         struct synth_row r = {
@@ -417,7 +384,7 @@ int synth__store_each(struct synth_store *s, bool accepted_only,
             break;
     }
     if (rc == 0 && step != SQLITE_DONE)
-        rc = db_fail(s, err, "reading candidates");
+        rc = db_fail(s->db, s->path, err, "reading candidates");
     sqlite3_finalize(st);
     return rc;
 }

@@ -6,56 +6,53 @@
 Fails on console messages, a reference to the network, a missing table (filters, depth,
 runtime, operators), a summary that does not say ACCEPTED tasks were accepted, depth bars that
 do not add up to ACCEPTED, or a blank screenshot. Exit 77 (skip) with the reason when Chromium
-is missing or cannot start here (bench_html.py's helpers).
+is missing or cannot start here (headless.py).
 """
-import os
 import re
 import sys
-import tempfile
 
-from bench_html import chromium, png_nonblank, run
+from headless import Skip, open_page
 
 
 def main() -> int:
     page, accepted, shot = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    binary = chromium()
-    if not binary:
-        print("SKIP: chromium is not installed (scripts/setup.sh installs Debian's chromium)")
+    try:
+        with open_page(page) as chrome:
+            fails = check(chrome, accepted, shot)
+    except Skip as e:
+        print(f"SKIP: {e}")
         return 77
-    url = "file://" + os.path.abspath(page)
-    with tempfile.TemporaryDirectory() as profile:
-        p = run(binary, profile, "--dump-dom", url)
-        if p.returncode != 0 or "<html" not in p.stdout:
-            print(f"SKIP: chromium cannot run here (exit {p.returncode}): {p.stderr[-400:]}")
-            return 77
-        dom, fails = p.stdout, []
-        if any(":CONSOLE" in line for line in p.stderr.splitlines()):
-            fails.append("console messages")
-        for table in ("filters", "depth", "runtime", "ops"):
-            if not re.search(rf'<table id="{table}"', dom):
-                fails.append(f"table {table} missing")
-        if not re.search(rf'<p id="summary">\d+ candidates, {accepted} accepted', dom):
-            fails.append(f"the summary does not say {accepted} accepted")
-        depth = re.search(r'<table id="depth">(.*?)</table>', dom, re.S)
-        counts = [int(n) for n in re.findall(r'<td class="n">(\d+)</td>', depth.group(1))] \
-            if depth else []
-        if sum(counts) != accepted:
-            fails.append(f"depth rows add up to {sum(counts)}, not {accepted}")
-        if re.search(r'(src|href)="(https?:)?//', dom):
-            fails.append("the page references the network")
-        s = run(binary, profile, f"--screenshot={shot}", "--window-size=1000,1200",
-                "--hide-scrollbars", url)
-        if s.returncode != 0 or not os.path.exists(shot):
-            fails.append(f"screenshot failed (exit {s.returncode})")
-        else:
-            w, h, distinct = png_nonblank(shot)
-            if (w, h) != (1000, 1200) or distinct < 16:
-                fails.append(f"screenshot {w}x{h} looks blank ({distinct} distinct values)")
     if fails:
         print("FAIL: " + "; ".join(fails))
         return 1
     print(f"ok the synth HTML report renders in Chromium ({accepted} accepted)")
     return 0
+
+
+def check(chrome, accepted: int, shot: str) -> list[str]:
+    dom, fails = chrome.dom, []
+    if any(":CONSOLE" in line for line in chrome.stderr.splitlines()):
+        fails.append("console messages")
+    for table in ("filters", "depth", "runtime", "ops"):
+        if not re.search(rf'<table id="{table}"', dom):
+            fails.append(f"table {table} missing")
+    if not re.search(rf'<p id="summary">\d+ candidates, {accepted} accepted', dom):
+        fails.append(f"the summary does not say {accepted} accepted")
+    depth = re.search(r'<table id="depth">(.*?)</table>', dom, re.S)
+    counts = [int(n) for n in re.findall(r'<td class="n">(\d+)</td>', depth.group(1))] \
+        if depth else []
+    if sum(counts) != accepted:
+        fails.append(f"depth rows add up to {sum(counts)}, not {accepted}")
+    if re.search(r'(src|href)="(https?:)?//', dom):
+        fails.append("the page references the network")
+    s, png = chrome.screenshot(shot, 1000, 1200)
+    if png is None:
+        fails.append(f"screenshot failed (exit {s.returncode})")
+    else:
+        w, h, distinct = png
+        if (w, h) != (1000, 1200) or distinct < 16:
+            fails.append(f"screenshot {w}x{h} looks blank ({distinct} distinct values)")
+    return fails
 
 
 if __name__ == "__main__":

@@ -745,7 +745,7 @@ TEST(inline_cuda_errors_and_no_torch)
     tb_end(&k);
 }
 
-/* ---- cutting load_inline cuda sources in two (compile_split.c) ---- */
+/* ---- cutting load_inline cuda sources in two (compile_split*.c) ---- */
 
 /* load_inline's prelude for cuda sources, then the include nearly every solution starts with. */
 #define KB_PRELUDE                                                                                 \
