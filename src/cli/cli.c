@@ -25,8 +25,10 @@ static const char *cmd_name(const struct cli_spec *spec, char *out, size_t n)
     if (strncmp(u, "cuda-agent ", 11) == 0)
         u += 11;
     size_t len = 0;
-    for (const char *p = u; *p && *p != '[' && *p != '-' && *p != '<' &&
-                            !(*p >= 'A' && *p <= 'Z' && (p == u || p[-1] == ' '));
+    /* Up to the first option, placeholder or argument; a '-' inside a word
+     * ("candidate-sandbox") is part of the name. */
+    for (const char *p = u; *p && *p != '[' && *p != '<' &&
+                            !((*p == '-' || (*p >= 'A' && *p <= 'Z')) && (p == u || p[-1] == ' '));
          p++)
         len = (size_t)(p - u) + 1;
     while (len && u[len - 1] == ' ')

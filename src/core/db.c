@@ -8,6 +8,7 @@
  */
 #include "core/db.h"
 
+#include "core/limits.h"
 #include "core/util.h"
 #include "core/banned.h"
 
@@ -54,8 +55,13 @@ char *db_meta_get(sqlite3 *db, const char *key)
     if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = ?", -1, &st, NULL))
         return NULL;
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW)
-        v = xstrdup((const char *)sqlite3_column_text(st, 0));
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(st, 0);
+        /* A NULL value, or one past the limit (the file is not one this program wrote),
+         * reads as none. */
+        if (t && sqlite3_column_bytes(st, 0) <= (int)CA_LIMIT_DB_META)
+            v = xstrdup(t);
+    }
     sqlite3_finalize(st);
     return v;
 }

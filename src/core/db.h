@@ -27,8 +27,8 @@ int db_exec(sqlite3 *db, const char *path, const char *sql, struct ca_err *err);
 /* Prepare one statement: 0, or db_fail's error "preparing a query". */
 int db_prepare(sqlite3 *db, const char *path, const char *sql, sqlite3_stmt **st,
                struct ca_err *err);
-/* The value of key in the table meta(key, value) as a heap string, or NULL when there is none
- * or it cannot be read. */
+/* The value of key in the table meta(key, value) as a heap string, or NULL when there is none,
+ * it is NULL, longer than CA_LIMIT_DB_META, or cannot be read. */
 char *db_meta_get(sqlite3 *db, const char *key);
 
 #endif

@@ -51,5 +51,7 @@
 #define CA_LIMIT_TASK_OPS 64
 /* Files in one template or workspace. */
 #define CA_LIMIT_WORKSPACE_FILES 4096
+/* One value of a store's meta table (bench runs, synth output) read back. */
+#define CA_LIMIT_DB_META (1 * CA_MIB)
 
 #endif

@@ -21,6 +21,10 @@ done
 run "$CA" help workspace;       expect "help workspace" 0 "create"
 run "$CA" help nothing;         expect "help for unknown command" 2 "" "unknown command 'nothing'"
 run "$CA" workspace create --nope x; expect "unknown option to create" 2 "" "unknown option '--nope'"
+run "$CA" workspace create --nope x; expect "usage hint names the command" 2 "" \
+    "try 'cuda-agent workspace create --help'"
+run "$CA" candidate-sandbox --nope; expect "a hyphen inside a command's name stays in the hint" 2 \
+    "" "try 'cuda-agent candidate-sandbox --help'"
 run "$CA" workspace create x;   expect "create without --task" 2 "" "--task is required"
 run "$CA" workspace create --task; expect "option without value" 2 "" "needs a value"
 run "$CA" workspace create --json=1 --task t x; expect "flag with a value" 2 "" "takes no value"
