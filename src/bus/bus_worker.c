@@ -45,16 +45,24 @@
 /* How long a finished result is retried while Redis is away. */
 #define BUS_RECORD_RETRY_MS ((int64_t)10 * 60 * 1000)
 
-/* Take over the oldest entry idle for ARGV[2] ms that this process does not own. */
+/* Take over the oldest entry idle for ARGV[2] ms: its owner (to strike), delivery, entry. */
 static const char RECLAIM_LUA[] =
     "local p = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', tonumber(ARGV[2]), '-', '+', 16)\n"
     "for _, e in ipairs(p) do\n"
-    "  if string.sub(e[2], 1, #ARGV[4]) ~= ARGV[4] then\n"
-    "    local c = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], tonumber(ARGV[2]), e[1])\n"
-    "    if #c > 0 and c[1] then return {e[2], e[4] + 1, c[1]} end\n"
-    "  end\n"
+    "  local c = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[3], tonumber(ARGV[2]), e[1])\n"
+    "  if #c > 0 and c[1] then return {e[2], e[4] + 1, c[1]} end\n"
     "end\n"
     "return false\n";
+
+/* Hand an entry back if this consumer still owns it: to ARGV[4], idle ARGV[5] ms. */
+static const char GIVEBACK_LUA[] =
+    "local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)\n"
+    "if #p == 1 and p[1][2] == ARGV[3] then\n"
+    "  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[4], 0, ARGV[2], 'IDLE', tonumber(ARGV[5]), "
+    "'JUSTID')\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n";
 
 /* Renew a claim if this consumer still owns the entry. */
 static const char RENEW_LUA[] =
@@ -98,7 +106,7 @@ struct worker {
     const struct bus_worker_opts *o;
     struct bus_url url;
     char name[128];
-    char own_prefix[160]; /* "name/pid." : this process's consumers */
+    char own_prefix[160]; /* "name/pid." : this process's consumers are own_prefix + slot */
     char job_root[CA_LIMIT_PATH];
     volatile sig_atomic_t *stop;
     atomic_int quit;
@@ -167,10 +175,18 @@ static int strike(struct bus_conn *c, struct worker *w, const char *who, const c
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
         LOG_WARN("worker %s: strike %lld against %s: %s", w->name, r->element[0]->integer, who,
                  why);
-        if (r->element[1]->integer)
+        if (r->element[1]->integer) {
             LOG_ERROR("worker %s: %s is quarantined after %lld failed or abandoned jobs in a row "
                       "(last: %s)",
                       w->name, who, r->element[0]->integer, why);
+            if (strcmp(who, w->name) == 0) { /* stop before taking another job */
+                pthread_mutex_lock(&w->mu);
+                snprintf(w->why, sizeof(w->why), "%.200s", why);
+                pthread_mutex_unlock(&w->mu);
+                atomic_store(&w->quarantined, 1);
+                atomic_store(&w->quit, 1);
+            }
+        }
     }
     freeReplyObject(r);
     return 0;
@@ -257,8 +273,8 @@ static void give_back(struct bus_conn *c, struct slot *s, const char *entry)
     redisReply *r = NULL;
     struct ca_err err = {0};
     set_lease(s, NULL, 0);
-    if (bus__cmds(c, &r, &err, "XCLAIM", BUS_STREAM, BUS_GROUP, BUS_RETURNED, "0", entry, "IDLE",
-                  idle, "JUSTID", NULL) == 0)
+    if (bus__cmds(c, &r, &err, "EVAL", GIVEBACK_LUA, "1", BUS_STREAM, BUS_GROUP, entry, s->consumer,
+                  BUS_RETURNED, idle, NULL) == 0)
         freeReplyObject(r);
 }
 
@@ -347,8 +363,12 @@ static void process(struct bus_conn *c, struct slot *s, const redisReply *entry,
     rc = buf_addf(&base, "%s/job", w->job_root) ? CA_ETOOBIG : 0;
     if (rc == 0)
         rc = fs_mkdtemp_beside(base.data, &dir, &err);
-    if (rc == 0)
+    while (rc == 0 || rc == CA_EUNAVAIL) { /* Redis restarting: wait for it */
         rc = bus__materialise(c, &spec, dir.data, &req, &err);
+        if (rc != CA_EUNAVAIL || stopping(w))
+            break;
+        sleep_us(w, BUS_RETRY_US);
+    }
     if (rc == 0)
         rc = evaluate(w, req, job, &report, &err);
     bool ours = rc == 0 || job_fault(rc);
@@ -403,7 +423,7 @@ static int next_entry(struct bus_conn *c, struct slot *s, struct ca_err *err)
     snprintf(idle, sizeof(idle), "%lld", (long long)w->o->reclaim_ms);
     redisReply *r = NULL;
     int rc = bus__cmds(c, &r, err, "EVAL", RECLAIM_LUA, "1", BUS_STREAM, BUS_GROUP, idle,
-                       s->consumer, w->own_prefix, NULL);
+                       s->consumer, NULL);
     if (rc)
         return rc;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
