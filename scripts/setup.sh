@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PKGS=(build-essential pkg-config git python3 python3-venv python3-pip
              libjansson-dev libxxhash-dev libpcre2-dev libseccomp-dev libelf-dev libcurl4-openssl-dev
-             libmicrohttpd-dev libsqlite3-dev chromium clang clang-format)
+             libmicrohttpd-dev libsqlite3-dev libhiredis-dev redis-server chromium clang clang-format)
 PY_PKGS=(pyarrow pytest pyflakes numpy torch mcp openenv-core transformers tensorboard)
 
 say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }

@@ -107,6 +107,17 @@ static int connect_now(struct bus_conn *c, struct ca_err *err)
         if (r)
             freeReplyObject(r);
     }
+    if (rc == 0) { /* a server that wants credentials says so now, not at the first job */
+        const char *argv[1] = {"PING"};
+        rc = raw(c, &r, 1, argv, NULL, err);
+        if (rc == 0 && r->type == REDIS_REPLY_ERROR)
+            rc = err_setf(err, CA_EUNAVAIL,
+                          "Redis at %s refused us (%.120s); give the user and password in the "
+                          "URL (redis://USER:PASS@HOST) or $CUDA_AGENT_REDIS_PASSWORD",
+                          c->url.shown, r->str);
+        if (r)
+            freeReplyObject(r);
+    }
     if (rc)
         drop(c);
     return rc;

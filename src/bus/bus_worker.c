@@ -335,6 +335,19 @@ static void process(struct bus_conn *c, struct slot *s, const redisReply *entry,
         return;
     }
     json_t *result = NULL;
+    char rkey[sizeof(BUS_KEY_RESULT) + SHA256_HEX_LEN];
+    snprintf(rkey, sizeof(rkey), "%s%s", BUS_KEY_RESULT, job);
+    redisReply *ex = NULL;
+    if (bus__cmds(c, &ex, &err, "EXISTS", rkey, NULL) == 0) {
+        bool dup = ex->type == REDIS_REPLY_INTEGER && ex->integer == 1;
+        freeReplyObject(ex);
+        if (dup) { /* delivered twice: the record script acknowledges it, keeping the result */
+            result = failure(CA_ECHILD, "duplicate");
+            record(c, w, eid, job, result);
+            json_decref(result);
+            return;
+        }
+    }
     if (n > w->o->max_deliveries) {
         char msg[200];
         snprintf(msg, sizeof(msg),

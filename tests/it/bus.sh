@@ -310,13 +310,14 @@ mkdir -p "$PWD/redis2"
 redis-server --port "$PORT2" --bind 127.0.0.1 --dir "$PWD/redis2" --save '' --daemonize no \
     --logfile "$PWD/redis2/redis.log" --user default off --user alice on '>pw2' '~*' '&*' '+@all' &
 REDIS2_PID=$!
-wait_for 5 grep -q "Ready to accept" "$PWD/redis2/redis.log"
+wait_for 5 grep -qs "Ready to accept" "$PWD/redis2/redis.log"
 mkws a1
 "$CA" worker --redis "redis://alice:pw2@127.0.0.1:$PORT2" --fake-eval 10 2>"$PWD/acl.log" &
 WACL=$!
 pids+=("$WACL")
 run "$CA" eval --redis "redis://alice@127.0.0.1:$PORT2" --wait 30 --json "$PWD/a1"
-expect "without the password: refused, exit 69" 69 "" "NOAUTH"
+expect "without the password: refused at once, exit 69, saying what to do" 69 "" \
+    "refused us (NOAUTH"
 CUDA_AGENT_REDIS_PASSWORD=pw2 run "$CA" eval --redis "redis://alice@127.0.0.1:$PORT2" --wait 30 --json "$PWD/a1"
 assert "with the ACL user's password (from the environment): evaluated" [ -n "$(jfield "$OUT" bus.worker)" ]
 run "$CA" eval --redis "redis://alice:wrong@127.0.0.1:$PORT2" "$PWD/a1"
@@ -327,13 +328,14 @@ wait "$WACL"
 
 # -- load: 64 consumers (4 workers x 16 slots), 128 jobs from 32 clients at once
 for n in 1 2 3 4; do worker "load$n" "$PWD/load$n.log" --fake-eval 20 --jobs 16; done
+for i in $(seq 128); do mkws "L$i"; done
 t0=$(date +%s.%N)
+cpids=()
 for i in $(seq 128); do
-    mkws "L$i"
     "$CA" eval --redis "$URL" --wait 120 --json "$PWD/L$i" >"$PWD/L$i.json" 2>/dev/null &
-    [ $((i % 32)) = 0 ] && wait
+    cpids+=($!)
+    if [ $((i % 32)) = 0 ]; then wait "${cpids[@]}"; cpids=(); fi
 done
-wait
 dt=$("$PY" -c "import time,sys; print(round(time.time() - float(sys.argv[1]), 1))" "$t0")
 got=0
 for i in $(seq 128); do [ -n "$(jfield "$PWD/L$i.json" bus.worker)" ] && got=$((got + 1)); done
@@ -341,7 +343,7 @@ assert "load: 128 of 128 jobs through 64 consumers in ${dt} s" [ "$got" = 128 ]
 assert "load: each job one result, nothing left over" \
     [ "$(R XLEN ca:jobs):$(R XPENDING ca:jobs ca-workers | head -1)" = "0:0" ]
 for n in "${pids[@]}"; do kill -TERM "$n" 2>/dev/null; done
-wait 2>/dev/null
+wait "${pids[@]}" 2>/dev/null
 pids=()
 
 # -- CPU mode end to end: the real evaluator on a worker, the same reward as locally
@@ -354,17 +356,9 @@ else
     export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}
     export CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900}
     cp -a "$PWD/base" "$PWD/cpu"
-    run "$CA" eval --device cpu --verify-only --json "$PWD/cpu"
-    cp "$OUT" "$PWD/local.json"
     "$CA" worker --redis "$URL" --name cpu --device cpu --prewarm 1 2>"$PWD/cpu.log" &
     WCPU=$!
     pids+=("$WCPU")
-    run "$CA" eval --redis "$URL" --verify-only --wait 600 --json "$PWD/cpu"
-    expect "CPU mode: the worker's real evaluator verified the fixture" 0 '"stage": "verify"'
-    assert "evaluated by worker cpu, with the candidate in its sandbox" \
-        [ "$(jfield "$OUT" bus.worker):$(jfield "$OUT" harness.isolation.sandbox)" = cpu:True ]
-    assert "the same verdict as the local evaluation ($(jfield "$PWD/local.json" ok))" \
-        [ "$(jfield "$OUT" ok):$(jfield "$OUT" stage)" = "$(jfield "$PWD/local.json" ok):$(jfield "$PWD/local.json" stage)" ]
     mkws wrongcpu
     sed -i 's/\* scale + bias\[c\]/* scale + bias[c] + 0.5f/' "$PWD/wrongcpu/kernels/swish_cpu.cu"
     run "$CA" eval --redis "$URL" --wait 600 --json "$PWD/wrongcpu"
@@ -373,6 +367,10 @@ else
     cp "$OUT" "$PWD/local_full.json"
     run "$CA" eval --redis "$URL" --wait 600 --json "$PWD/cpu"
     expect "CPU mode: the full evaluation through the bus" 0 '"stage": "done"'
+    assert "evaluated by worker cpu, with the candidate in its sandbox" \
+        [ "$(jfield "$OUT" bus.worker):$(jfield "$OUT" harness.isolation.sandbox)" = cpu:True ]
+    assert "the same verdict as the local evaluation" \
+        [ "$(jfield "$OUT" ok):$(jfield "$OUT" stage)" = "$(jfield "$PWD/local_full.json" ok):$(jfield "$PWD/local_full.json" stage)" ]
     assert "reward equal to the local evaluation's ($(jfield "$PWD/local_full.json" reward.reward))" \
         [ "$(jfield "$OUT" reward.reward)" = "$(jfield "$PWD/local_full.json" reward.reward)" ]
     kill -TERM "$WCPU"
