@@ -56,7 +56,7 @@ static int upload(struct bus_conn *c, const struct bus_job *job, struct ca_err *
     return 0;
 }
 
-/* 0 queued or done already (*done), CA_ETIMEOUT-free "busy" as *busy. */
+/* One queueing attempt: 0 with *done (a result exists), *busy (the queue is full) or queued. */
 static int enqueue(struct bus_conn *c, const char *id, const struct buf *doc, bool *busy,
                    bool *done, struct ca_err *err)
 {
