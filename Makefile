@@ -9,7 +9,7 @@
 
 CC ?= cc
 PKG_CONFIG ?= pkg-config
-PKGS := jansson libxxhash libpcre2-8 libseccomp libelf libcurl sqlite3 libmicrohttpd
+PKGS := jansson libxxhash libpcre2-8 libseccomp libelf libcurl sqlite3 libmicrohttpd hiredis
 SANITIZE ?=
 WERROR ?=
 

@@ -15,7 +15,10 @@
 
 #include <jansson.h>
 
+#include "core/limits.h"
+#include "core/proc.h"
 #include "core/sv.h"
+#include "eval/gpupool.h"
 #include "core/banned.h"
 
 static const char *cmd_name(const struct cli_spec *spec, char *out, size_t n)
@@ -262,4 +265,51 @@ void cli_print_json(const json_t *v)
     if (s)
         printf("%s\n", s);
     free(s);
+}
+
+/* "0,1,3" -> list (heap strings; *n entries). */
+int cli_split_list(const char *s, char ***out, size_t *n)
+{
+    char *copy = xstrdup(s);
+    char **v = NULL;
+    size_t k = 0, cap = 0;
+    for (char *p = copy, *tok; (tok = strsep(&p, ",")) != NULL;) {
+        if (!*tok)
+            continue;
+        if (k == GPUPOOL_MAX_RUNNERS) {
+            free(copy);
+            for (size_t i = 0; i < k; i++)
+                free(v[i]);
+            free(v);
+            return -1;
+        }
+        ALLOC_GROW(v, k + 1, cap);
+        v[k++] = xstrdup(tok);
+    }
+    free(copy);
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+/* The GPUs to serve: CUDA_VISIBLE_DEVICES if set, else the indices nvidia-smi lists. */
+void cli_detect_gpus(char ***out, size_t *n)
+{
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (vis && *vis && cli_split_list(vis, out, n) == 0 && *n)
+        return;
+    const char *argv[] = {"nvidia-smi", "--query-gpu=index", "--format=csv,noheader", NULL};
+    struct proc_opts po = {.argv = argv, .timeout_ms = 20000, .out_max = 16 * CA_KIB};
+    struct proc_result r;
+    proc_result_init(&r);
+    struct ca_err err;
+    *n = 0;
+    if (proc_run(&po, &r, &err) == 0 && proc_ok(&r)) {
+        for (char *p = r.out.data; *p; p++)
+            if (*p == '\n' || *p == ' ')
+                *p = ',';
+        if (cli_split_list(r.out.data, out, n))
+            *n = 0;
+    }
+    proc_result_release(&r);
 }

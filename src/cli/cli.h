@@ -8,6 +8,7 @@
 #define CA_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/err.h"
@@ -85,12 +86,18 @@ void cli_print_json(const struct json_t *v);
 /* Whether stdout is a terminal (for human vs machine output). */
 bool cli_stdout_tty(void);
 
+/* "0,1,3" -> a list of heap strings (*n entries, at most GPUPOOL_MAX_RUNNERS): 0 or -1. */
+int cli_split_list(const char *s, char ***out, size_t *n);
+/* The GPUs to serve: CUDA_VISIBLE_DEVICES if set, else the indices nvidia-smi lists. */
+void cli_detect_gpus(char ***out, size_t *n);
+
 int cmd_workspace(int argc, char **argv);
 int cmd_candidate_sandbox(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_tool(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_evaluator(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);

@@ -27,53 +27,6 @@ static void on_signal(int sig)
     stop_flag = 1;
 }
 
-/* "0,1,3" -> list (heap strings; *n entries). */
-static int split_list(const char *s, char ***out, size_t *n)
-{
-    char *copy = xstrdup(s);
-    char **v = NULL;
-    size_t k = 0, cap = 0;
-    for (char *p = copy, *tok; (tok = strsep(&p, ",")) != NULL;) {
-        if (!*tok)
-            continue;
-        if (k == GPUPOOL_MAX_RUNNERS) {
-            free(copy);
-            for (size_t i = 0; i < k; i++)
-                free(v[i]);
-            free(v);
-            return -1;
-        }
-        ALLOC_GROW(v, k + 1, cap);
-        v[k++] = xstrdup(tok);
-    }
-    free(copy);
-    *out = v;
-    *n = k;
-    return 0;
-}
-
-/* The GPUs to serve: CUDA_VISIBLE_DEVICES if set, else the indices nvidia-smi lists. */
-static void detect_gpus(char ***out, size_t *n)
-{
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (vis && *vis && split_list(vis, out, n) == 0 && *n)
-        return;
-    const char *argv[] = {"nvidia-smi", "--query-gpu=index", "--format=csv,noheader", NULL};
-    struct proc_opts po = {.argv = argv, .timeout_ms = 20000, .out_max = 16 * CA_KIB};
-    struct proc_result r;
-    proc_result_init(&r);
-    struct ca_err err;
-    *n = 0;
-    if (proc_run(&po, &r, &err) == 0 && proc_ok(&r)) {
-        for (char *p = r.out.data; *p; p++)
-            if (*p == '\n' || *p == ' ')
-                *p = ',';
-        if (split_list(r.out.data, out, n))
-            *n = 0;
-    }
-    proc_result_release(&r);
-}
-
 int cmd_evaluator(int argc, char **argv)
 {
     struct evald_opts o = {0};
@@ -147,11 +100,11 @@ int cmd_evaluator(int argc, char **argv)
     size_t n = 0;
     if (cpu)
         n = runners ? (size_t)runners : 1;
-    else if (gpus && (split_list(gpus, &list, &n) || n == 0))
+    else if (gpus && (cli_split_list(gpus, &list, &n) || n == 0))
         return cli_usage_error("evaluator", "--gpus wants a list such as 0,1 (at most %d)",
                                GPUPOOL_MAX_RUNNERS);
     else if (!gpus)
-        detect_gpus(&list, &n);
+        cli_detect_gpus(&list, &n);
     o.socket_path = socket_path;
     o.gpus = (const char *const *)list;
     o.n_gpus = n ? n : 1;

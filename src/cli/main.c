@@ -22,6 +22,7 @@ static const struct cli_cmd commands[] = {
     {"workspace", cmd_workspace, "create or check an episode workspace from a task"},
     {"eval", cmd_eval, "compile, verify, profile and reward a workspace"},
     {"evaluator", cmd_evaluator, "run the evaluator service (warm GPU runners on a socket)"},
+    {"worker", cmd_worker, "evaluate jobs from a Redis Streams job bus (one per GPU host)"},
     {"candidate-sandbox", cmd_candidate_sandbox,
      "run a program in the candidate sandbox (the evaluator's harness uses it)"},
     {"tool", cmd_tool, "run one agent tool call in an episode's sandbox (persistent shell)"},

@@ -1,11 +1,15 @@
 /*
  * hash.h - content hashing (XXH3 via libxxhash) for task ids and content-
- * addressed caches. Not cryptographic: ids and cache keys, never secrets.
+ * addressed caches. XXH3 is not cryptographic: ids and cache keys, never secrets.
+ * SHA-256 (hash_sha256.c, our own, from FIPS 180-4) names what travels between
+ * machines (the job bus's artifacts and jobs), where a collision must be
+ * infeasible, not just unlikely.
  * Hex output is lowercase. Streaming state is caller-owned, not thread-safe.
  */
 #ifndef CA_HASH_H
 #define CA_HASH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +28,13 @@ struct hash128 hash128(const void *p, size_t n);
 void hash64_hex(uint64_t h, char *out);
 /* out must hold HASH128_HEX_LEN + 1 bytes. */
 void hash128_hex(struct hash128 h, char *out);
+
+#define SHA256_HEX_LEN 64
+
+/* SHA-256 of p[0..n) as 64 lowercase hex digits; out must hold SHA256_HEX_LEN + 1 bytes. */
+void sha256_hex(const void *p, size_t n, char *out);
+/* Whether s is SHA256_HEX_LEN lowercase hex digits (a well-formed name, nothing more). */
+bool sha256_hex_valid(const char *s);
 
 /* Streaming 128-bit hash, e.g. over several files plus flags. */
 struct hash_stream;

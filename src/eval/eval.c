@@ -108,23 +108,22 @@ int eval_warm(const struct eval_opts *o, struct ca_err *err)
     return rc;
 }
 
-/* model.py of the workspace, if its content still matches the manifest. */
-static int take_task(const struct eval_opts *o, const char *snap, json_t *report,
-                     struct ca_err *err)
+int eval_task_code(const struct eval_opts *o, struct buf *code, json_t **task_json,
+                   struct ca_err *err)
 {
-    struct buf path, code;
+    struct buf path;
     buf_init(&path, CA_LIMIT_PATH);
-    buf_init(&code, CA_LIMIT_TASK_BYTES);
     int rc = 0;
+    *task_json = NULL;
     if (o->task_ref) {
         struct task_set set;
         const struct task *t;
         task_set_init(&set);
         rc = task_resolve(o->task_ref, &set, &t, err);
         if (rc == 0)
-            rc = buf_add(&code, t->code, t->code_len);
+            rc = buf_add(code, t->code, t->code_len);
         if (rc == 0)
-            json_object_set_new(report, "task", task_to_json(t, false));
+            *task_json = task_to_json(t, false);
         task_set_release(&set);
     } else {
         json_t *check = NULL;
@@ -137,14 +136,32 @@ static int take_task(const struct eval_opts *o, const char *snap, json_t *report
                           json_string_value(first));
         }
         if (rc == 0) {
-            json_object_set(report, "task", json_object_get(check, "task"));
+            *task_json = json_incref(json_object_get(check, "task"));
             rc = fs_join(&path, o->workspace, "model.py");
             if (rc == 0)
-                rc = fs_read_file(path.data, CA_LIMIT_TASK_BYTES, &code, err);
+                rc = fs_read_file(path.data, CA_LIMIT_TASK_BYTES, code, err);
         }
         json_decref(check);
     }
-    buf_reset(&path);
+    buf_release(&path);
+    if (rc) {
+        json_decref(*task_json);
+        *task_json = NULL;
+    }
+    return rc;
+}
+
+/* model.py of the workspace, if its content still matches the manifest (or the task given). */
+static int take_task(const struct eval_opts *o, const char *snap, json_t *report,
+                     struct ca_err *err)
+{
+    struct buf path, code;
+    buf_init(&path, CA_LIMIT_PATH);
+    buf_init(&code, CA_LIMIT_TASK_BYTES);
+    json_t *task = NULL;
+    int rc = eval_task_code(o, &code, &task, err);
+    if (rc == 0 && task)
+        json_object_set_new(report, "task", task);
     if (rc == 0 && (rc = fs_join(&path, snap, "model.py")) == 0)
         rc = fs_write_atomic(path.data, code.data, code.len, 0644, err);
     buf_release(&path);

@@ -75,6 +75,12 @@ int eval_format(const json_t *report, struct buf *out) WARN_UNUSED_RESULT;
 int eval_snapshot(const char *workspace, const char *dir, json_t **files,
                   struct ca_err *err) WARN_UNUSED_RESULT;
 
+/* The task's code as the evaluator would take it: opts->task_ref resolved, else the workspace's
+ * model.py only while the manifest's hashes still match (CA_EPARSE otherwise); appended to code,
+ * with the task's public description in *task_json (a new reference). */
+int eval_task_code(const struct eval_opts *opts, struct buf *code, json_t **task_json,
+                   struct ca_err *err) WARN_UNUSED_RESULT;
+
 /* Write the embedded harness files (harness/NAME.py) under cache_dir (once per content hash);
  * *path receives the directory. */
 int eval_harness_dir(const char *cache_dir, struct buf *path,

@@ -29,10 +29,16 @@
 /* A client waits this long beyond the candidate's own limit (compile + queue + timing). */
 #define EVALD_CLIENT_SLACK_MS ((int64_t)30 * 60 * 1000)
 
-struct evald {
+struct evald_host {
     const struct evald_opts *o;
     struct gpupool *pool;
     struct cpuplan *plan;
+    size_t nrunners;
+    char **timing_cpus, *aux_cpus;
+};
+
+struct evald {
+    struct evald_host *h;
     atomic_int active;
     atomic_llong served;
 };
@@ -64,7 +70,7 @@ static const char *opt_str(const json_t *req, const char *key, const char *const
 }
 
 /* Request -> eval options over the service's base options. */
-static int parse_request(const struct evald *d, const json_t *req, struct eval_opts *eo,
+static int parse_request(const struct evald_host *d, const json_t *req, struct eval_opts *eo,
                          struct ca_err *err)
 {
     static const char *const modes[] = {"full", "verify", "compile", NULL};
@@ -129,22 +135,34 @@ static int parse_request(const struct evald *d, const json_t *req, struct eval_o
     return 0;
 }
 
+int evald_host_eval(struct evald_host *h, const json_t *req, json_t **report, struct ca_err *err)
+{
+    struct eval_opts eo;
+    int rc = parse_request(h, req, &eo, err);
+    if (rc == 0)
+        rc = eval_run(&eo, report, err);
+    return rc;
+}
+
+json_t *evald_host_describe(struct evald_host *h)
+{
+    return json_pack("{s:o, s:o}", "pool", gpupool_describe(h->pool), "cpus",
+                     cpuplan_to_json(h->plan));
+}
+
 static json_t *handle(struct evald *d, const json_t *req)
 {
     struct ca_err err = {0};
     const char *op = json_string_value(json_object_get(req, "op"));
     if (op && strcmp(op, "status") == 0)
-        return json_pack("{s:b, s:o, s:o, s:I, s:i}", "ok", 1, "pool", gpupool_describe(d->pool),
-                         "cpus", cpuplan_to_json(d->plan), "served",
+        return json_pack("{s:b, s:o, s:o, s:I, s:i}", "ok", 1, "pool", gpupool_describe(d->h->pool),
+                         "cpus", cpuplan_to_json(d->h->plan), "served",
                          (json_int_t)atomic_load(&d->served), "active",
                          atomic_load(&d->active) - 1);
     if (!op || strcmp(op, "eval") != 0)
         return error_reply(CA_EUSAGE, "unknown op: requests are {\"op\": \"eval\"|\"status\"}");
-    struct eval_opts eo;
-    int rc = parse_request(d, req, &eo, &err);
     json_t *report = NULL;
-    if (rc == 0)
-        rc = eval_run(&eo, &report, &err);
+    int rc = evald_host_eval(d->h, req, &report, &err);
     atomic_fetch_add(&d->served, 1);
     if (rc)
         return error_reply(rc, err.msg);
@@ -224,17 +242,16 @@ static int plan_cpus(const struct evald_opts *o, size_t nrunners, struct cpuplan
     return 0;
 }
 
-int evald_serve(const struct evald_opts *o, volatile sig_atomic_t *stop, struct ca_err *err)
+int evald_host_new(const struct evald_opts *o, struct evald_host **out, struct ca_err *err)
 {
-    struct evald d = {.o = o};
+    struct evald_host *h = xcalloc(1, sizeof(*h));
+    h->o = o;
     struct buf cache, hdir;
     buf_init(&cache, CA_LIMIT_PATH);
     buf_init(&hdir, CA_LIMIT_PATH);
-    int lfd = -1;
-    size_t nrunners = o->n_gpus ? o->n_gpus : 1;
-    char **timing_cpus = NULL, *aux_cpus = NULL;
-    d.plan = xcalloc(1, sizeof(*d.plan));
-    int rc = plan_cpus(o, nrunners, d.plan, &timing_cpus, &aux_cpus, err);
+    h->nrunners = o->n_gpus ? o->n_gpus : 1;
+    h->plan = xcalloc(1, sizeof(*h->plan));
+    int rc = plan_cpus(o, h->nrunners, h->plan, &h->timing_cpus, &h->aux_cpus, err);
     if (rc == 0)
         rc = eval_cache_root(&o->base, &cache, err);
     if (rc == 0)
@@ -256,19 +273,47 @@ int evald_serve(const struct evald_opts *o, volatile sig_atomic_t *stop, struct 
             .harness_dir = hdir.data,
             .device = o->base.device ? o->base.device : "cuda",
             .gpus = o->gpus,
-            .n = nrunners,
+            .n = h->nrunners,
             .prewarm = o->prewarm,
             .log_fd = 2,
             .sandbox_bin = boxed ? eval_sandbox_bin() : NULL,
-            .timing_cpus = (const char *const *)timing_cpus,
-            .aux_cpus = aux_cpus,
+            .timing_cpus = (const char *const *)h->timing_cpus,
+            .aux_cpus = h->aux_cpus,
         };
         int64_t t0 = ca_now_us();
-        rc = gpupool_new(&po, &d.pool, err);
+        rc = gpupool_new(&po, &h->pool, err);
         if (rc == 0)
             LOG_INFO("evaluator: %zu runner(s) ready in %lld ms", po.n,
                      (long long)(ca_now_us() - t0) / 1000);
     }
+    buf_release(&cache);
+    buf_release(&hdir);
+    if (rc) {
+        evald_host_free(h);
+        return rc;
+    }
+    *out = h;
+    return 0;
+}
+
+void evald_host_free(struct evald_host *h)
+{
+    if (!h)
+        return;
+    gpupool_free(h->pool);
+    for (size_t i = 0; h->timing_cpus && i < h->nrunners; i++)
+        free(h->timing_cpus[i]);
+    free(h->timing_cpus);
+    free(h->aux_cpus);
+    free(h->plan);
+    free(h);
+}
+
+int evald_serve(const struct evald_opts *o, volatile sig_atomic_t *stop, struct ca_err *err)
+{
+    struct evald d = {0};
+    int lfd = -1;
+    int rc = evald_host_new(o, &d.h, err);
     if (rc == 0 && (lfd = msg_listen(o->socket_path, 64, err)) < 0)
         rc = lfd;
     if (rc)
@@ -307,14 +352,7 @@ int evald_serve(const struct evald_opts *o, volatile sig_atomic_t *stop, struct 
 out:
     if (lfd >= 0)
         close(lfd);
-    gpupool_free(d.pool);
-    for (size_t i = 0; timing_cpus && i < nrunners; i++)
-        free(timing_cpus[i]);
-    free(timing_cpus);
-    free(aux_cpus);
-    free(d.plan);
-    buf_release(&cache);
-    buf_release(&hdir);
+    evald_host_free(d.h);
     return rc;
 }
 

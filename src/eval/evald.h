@@ -46,6 +46,21 @@ struct evald_opts {
 int evald_serve(const struct evald_opts *opts, volatile sig_atomic_t *stop,
                 struct ca_err *err) WARN_UNUSED_RESULT;
 
+/*
+ * The service without its socket: the CPU plan applied, the toolchain warmed, the GPU pool
+ * started (what evald_serve runs on). The job bus's workers (bus/) evaluate on one.
+ * evald_host_eval may be called from many threads at once, as the service's connections do.
+ */
+struct evald_host;
+int evald_host_new(const struct evald_opts *opts, struct evald_host **out,
+                   struct ca_err *err) WARN_UNUSED_RESULT;
+void evald_host_free(struct evald_host *host);
+/* Evaluate one {"op": "eval", ...} request as the socket would; *report as from eval_run. */
+int evald_host_eval(struct evald_host *host, const json_t *req, json_t **report,
+                    struct ca_err *err) WARN_UNUSED_RESULT;
+/* {"pool": {...}, "cpus": {...}}: a new object. */
+json_t *evald_host_describe(struct evald_host *host);
+
 /* The request for opts (workspace made absolute); a new object. */
 json_t *evald_request_for(const struct eval_opts *opts);
 

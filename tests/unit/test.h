@@ -50,7 +50,7 @@ const char *test_repo(void);
  * TEST_REQUIRE can name it: "userns" (no sandbox: user namespaces or a
  * seccomp filter missing, as sandbox_supported() says), "nvcc", "cc", "c++",
  * "python3", "pyarrow", "readelf", "curl", "strace", "gdb", "setsid",
- * "openat2", "root" (needs uid 0), "pids-cgroup", "no-cuda-home"
+ * "openat2", "redis" (redis-server), "root" (needs uid 0), "pids-cgroup", "no-cuda-home"
  * (/usr/local/cuda must be absent), "repo-outside-tmp". A case that
  * already failed a CHECK stays failed. Only the case's own process may
  * skip, not a child it forked.

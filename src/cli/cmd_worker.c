@@ -1,0 +1,186 @@
+/*
+ * cmd_worker.c - `cuda-agent worker --redis URL`: a GPU (or CPU-mode) worker of the Redis
+ * Streams job bus: the evaluator service's runners on this machine, fed from the bus instead
+ * of a socket. Also --status (the bus at a glance) and --release (lift a quarantine).
+ */
+#include "cli/cli.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bus/bus.h"
+#include "core/util.h"
+#include "eval/evald.h"
+#include "eval/gpupool.h"
+#include "core/banned.h"
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+int cmd_worker(int argc, char **argv)
+{
+    struct evald_opts eo = {0};
+    struct bus_worker_opts wo = {0};
+    const char *url = NULL, *gpus = NULL, *release = NULL;
+    int64_t runners = 0, prewarm = -1, jobs = 0, reclaim_ms = 60000, deadline_s = 0;
+    int64_t max_deliveries = 3, max_strikes = 3, max_queue = 0;
+    bool status = false;
+    const struct cli_opt opts[] = {
+        {"redis", 0, CLI_OPT_STRING, &url, "URL",
+         "the job bus: redis://[USER[:PASS]@]HOST[:PORT][/DB] or unix:///PATH (default "
+         "$CUDA_AGENT_REDIS; a password is better in $CUDA_AGENT_REDIS_PASSWORD)"},
+        {"name", 0, CLI_OPT_STRING, &wo.name, "NAME",
+         "this worker's name for strikes and quarantine (default HOST-PID)"},
+        {"device", 0, CLI_OPT_STRING, &eo.base.device, "cuda|cpu", "where to run (default cuda)"},
+        {"gpus", 0, CLI_OPT_STRING, &gpus, "LIST",
+         "GPUs to serve, one runner each (default: CUDA_VISIBLE_DEVICES, else all)"},
+        {"runners", 0, CLI_OPT_INT, &runners, "N", "with --device cpu: runners (default 1)", 1,
+         GPUPOOL_MAX_RUNNERS},
+        {"prewarm", 0, CLI_OPT_INT, &prewarm, "N",
+         "candidate processes each runner keeps pre-warmed (default 8 on a GPU, 1 on the CPU)", 0,
+         16},
+        {"jobs", 0, CLI_OPT_INT, &jobs, "N",
+         "jobs taken at once (default 2 per runner: one compiles while one runs)", 1, 256},
+        {"arch", 0, CLI_OPT_STRING, &eo.base.arch, "SM",
+         "target architecture (default: the GPU's)"},
+        {"cache-dir", 0, CLI_OPT_STRING, &eo.base.cache_dir, "DIR",
+         "evaluator cache and job directories (default $CUDA_AGENT_CACHE_DIR or "
+         "~/.cache/cuda-agent)"},
+        {"no-sandbox", 0, CLI_OPT_FLAG, &eo.base.no_sandbox, NULL,
+         "compilers and candidates WITHOUT the sandbox (unsafe; hosts without userns)"},
+        {"no-candidate-sandbox", 0, CLI_OPT_FLAG, &eo.base.no_candidate_sandbox, NULL,
+         "candidates WITHOUT their sandbox (unsafe; to measure its cost)"},
+        {"cpu-split", 0, CLI_OPT_STRING, &eo.cpu_split, "SPEC",
+         "CPU cores for timing vs compiling, as `cuda-agent evaluator --cpu-split`"},
+        {"reclaim-ms", 0, CLI_OPT_INT, &reclaim_ms, "MS",
+         "take over a job whose worker has not renewed its lease for this long (default 60000)",
+         100, 3600000},
+        {"job-deadline", 0, CLI_OPT_INT, &deadline_s, "SEC",
+         "renew a job's lease at most this long (default: twice its timeout + 15 min)", 1, 86400},
+        {"max-deliveries", 0, CLI_OPT_INT, &max_deliveries, "N",
+         "a job delivered more often gets a failure result (default 3)", 1, 100},
+        {"max-strikes", 0, CLI_OPT_INT, &max_strikes, "N",
+         "failed or abandoned jobs in a row before a worker is quarantined (default 3)", 1, 1000},
+        {"max-queue", 0, CLI_OPT_INT, &max_queue, "N",
+         "publish the bound on queued + running jobs; clients beyond it wait or get \"busy\" "
+         "(default: leave it; 1024 when unset)",
+         1, 10000000},
+        {"status", 0, CLI_OPT_FLAG, &status, NULL,
+         "print the bus's state (queue, pending jobs, workers, strikes, quarantine) as JSON"},
+        {"release", 0, CLI_OPT_STRING, &release, "NAME", "lift worker NAME's quarantine"},
+        {"fake-eval", 0, CLI_OPT_STRING, &wo.fake, "SPEC",
+         "TEST DOUBLE for the bus's own tests and load benchmark: no evaluation at all, a sleep "
+         "of about MS ms and a made-up report (SPEC: MS[:ok|garbage|hang])"},
+        {0},
+    };
+    const struct cli_spec spec = {
+        .usage = "cuda-agent worker --redis URL [options]",
+        .summary = "Evaluate jobs from a Redis Streams job bus on this machine's GPUs.",
+        .description =
+            "Starts the evaluator's runners as `cuda-agent evaluator` does (one per GPU,\n"
+            "pre-warmed candidates, the sandboxes) and takes jobs from the consumer group of\n"
+            "the bus (`cuda-agent eval --redis URL` queues them). Each job's files arrive by\n"
+            "SHA-256 and are checked before they are written to a private job directory; a\n"
+            "job delivered twice gets one result. A job whose worker dies or hangs is taken\n"
+            "over after --reclaim-ms; a worker that fails or abandons --max-strikes jobs in a\n"
+            "row is quarantined and exits. docs/internals/bus.md has the design.\n\n"
+            "Exit status: 0 stopped by SIGINT/SIGTERM (after the jobs in flight); 1 failed;\n"
+            "2 usage; 69 Redis unreachable, no PyTorch or no usable GPU; 75 quarantined.",
+        .opts = opts,
+        .min_args = 0,
+        .max_args = 0,
+    };
+    char **args;
+    int nargs;
+    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
+    if (rc)
+        return rc < 0 ? CLI_OK : rc;
+    free(args);
+    if (!url)
+        url = getenv("CUDA_AGENT_REDIS");
+    if (!url || !*url)
+        return cli_usage_error("worker", "--redis URL is required (or set CUDA_AGENT_REDIS)");
+    struct ca_err err = {0};
+    if (status) {
+        json_t *st = NULL;
+        if (bus_status(url, &st, &err))
+            return cli_fail(&err);
+        cli_print_json(st);
+        json_decref(st);
+        return CLI_OK;
+    }
+    if (release) {
+        if (bus_release(url, release, &err))
+            return cli_fail(&err);
+        printf("released %s\n", release);
+        return CLI_OK;
+    }
+    if (eo.base.device && strcmp(eo.base.device, "cuda") && strcmp(eo.base.device, "cpu"))
+        return cli_usage_error("worker", "--device must be cuda or cpu");
+    bool cpu = eo.base.device && strcmp(eo.base.device, "cpu") == 0;
+    if (gpus && cpu)
+        return cli_usage_error("worker", "--gpus needs --device cuda");
+    if (runners && !cpu)
+        return cli_usage_error("worker", "--runners is for --device cpu; use --gpus");
+    struct bus_url u;
+    if (bus_url_parse(url, &u, &err))
+        return cli_usage_error("worker", "%s", err.msg);
+    char **list = NULL;
+    size_t n = 0;
+    if (!wo.fake) {
+        if (cpu)
+            n = runners ? (size_t)runners : 1;
+        else if (gpus && (cli_split_list(gpus, &list, &n) || n == 0))
+            return cli_usage_error("worker", "--gpus wants a list such as 0,1 (at most %d)",
+                                   GPUPOOL_MAX_RUNNERS);
+        else if (!gpus)
+            cli_detect_gpus(&list, &n);
+    }
+    eo.gpus = (const char *const *)list;
+    eo.n_gpus = n ? n : 1;
+    eo.prewarm = prewarm >= 0 ? (int)prewarm : cpu ? 1 : 8;
+    wo.url = url;
+    wo.slots = jobs ? (int)jobs : wo.fake ? 1 : (int)eo.n_gpus * 2;
+    wo.reclaim_ms = reclaim_ms;
+    wo.job_deadline_ms = deadline_s * 1000;
+    wo.max_deliveries = (int)max_deliveries;
+    wo.max_strikes = (int)max_strikes;
+    wo.max_queue = max_queue;
+    wo.base = &eo.base;
+
+    struct sigaction sa = {.sa_handler = on_signal};
+    /* sigaction fails only for an invalid signal or handler: neither here. */
+    (void)sigaction(SIGINT, &sa, NULL);
+    (void)sigaction(SIGTERM, &sa, NULL);
+    (void)signal(SIGPIPE, SIG_IGN); /* SIG_ERR only for an invalid signal */
+    struct evald_host *host = NULL;
+    if (wo.fake) {
+        fprintf(stderr,
+                "worker: FAKE evaluation backend (--fake-eval %s): a test double that "
+                "evaluates nothing\n",
+                wo.fake);
+    } else {
+        fprintf(stderr, "worker: starting %zu runner(s) on %s\n", eo.n_gpus,
+                cpu ? "the CPU" : "GPU(s)");
+        rc = evald_host_new(&eo, &host, &err);
+    }
+    wo.host = host;
+    if (rc == 0)
+        rc = bus_worker_run(&wo, &stop_flag, &err);
+    evald_host_free(host);
+    for (size_t i = 0; i < n && list; i++)
+        free(list[i]);
+    free(list);
+    if (rc == CA_ECHILD) { /* quarantined */
+        fprintf(stderr, "cuda-agent: error: %s\n", err.msg);
+        return CLI_TEMPFAIL;
+    }
+    return rc ? cli_fail(&err) : CLI_OK;
+}

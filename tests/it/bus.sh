@@ -1,0 +1,380 @@
+#!/usr/bin/env bash
+# The job bus (issue 20) against real redis-server processes this script starts on loopback
+# ports in its scratch directory, with real worker processes killed and stopped by signals.
+# Workers use the fake evaluation backend (--fake-eval, a TEST DOUBLE: a sleep and a made-up
+# report; everything else of a job is real) except the CPU-mode case at the end, which runs the
+# real evaluator (skipped without PyTorch and nvcc).
+#
+# Cases: unreachable Redis and bad URLs; jobs through two workers, one result each, a duplicate
+# answered from the stored result; a worker killed mid-job (its entry taken over, one result, a
+# strike); a stalled worker that finishes after the takeover (its result dropped); Redis killed
+# and restarted under load with AOF (nothing lost); a garbage-returning worker and a hung one
+# quarantined and reported; back-pressure ("busy" after --queue-wait); a tampered artifact and
+# a forged entry refused; AUTH with an ACL user; a 64-consumer load run; CPU-mode end to end.
+. "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
+command -v redis-server >/dev/null || skip_all redis "no redis-server (apt-get install redis-server)"
+command -v redis-cli >/dev/null || skip_all redis "no redis-cli (apt-get install redis-tools)"
+export CUDA_AGENT_CACHE_DIR=$PWD/cache
+FIX=$CA_REPO/tests/eval/cpu
+PY=${CUDA_AGENT_PYTHON:-python3}
+
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    [ -n "${REDIS_PID:-}" ] && kill -9 "$REDIS_PID" 2>/dev/null
+    [ -n "${REDIS2_PID:-}" ] && kill -9 "$REDIS2_PID" 2>/dev/null
+    wait 2>/dev/null
+    rm -f "$OUT" "$ERR"
+}
+trap cleanup EXIT
+
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_redis DIR PORT [extra args]: a redis-server with AOF (fsync always) in DIR; sets REDIS_PID.
+start_redis() {
+    local dir=$1 port=$2
+    shift 2
+    mkdir -p "$dir"
+    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly yes \
+        --appendfsync always --daemonize no --logfile "$dir/redis.log" "$@" &
+    REDIS_PID=$!
+    for _ in $(seq 100); do
+        redis-cli -p "$port" ${REDISCLI_AUTH:+--no-auth-warning} ping 2>/dev/null | grep -q PONG && return 0
+        grep -q "Ready to accept" "$dir/redis.log" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "redis-server did not start on $port"
+    cat "$dir/redis.log"
+    exit 1
+}
+
+PORT=$(free_port)
+start_redis "$PWD/redis" "$PORT"
+URL=redis://127.0.0.1:$PORT
+R() { redis-cli -p "$PORT" "$@"; }
+
+# Workspaces: the CPU fixture's solution; N differs from the others by a comment.
+"$CA" workspace create --task "$FIX/task.py" "$PWD/base" >/dev/null || exit 1
+cp "$FIX"/sol/kernels/* "$PWD/base/kernels/"
+cp "$FIX/sol/model_new.py" "$PWD/base/"
+mkws() { rm -rf "$PWD/$1" && cp -a "$PWD/base" "$PWD/$1" && echo "# $1" >>"$PWD/$1/model_new.py"; }
+
+# worker NAME LOG ARGS...: a worker in the background; its pid in WPID.
+worker() {
+    local name=$1 log=$2
+    shift 2
+    "$CA" --log-level info worker --redis "$URL" --name "$name" "$@" 2>"$log" &
+    WPID=$!
+    pids+=("$WPID")
+}
+# jfield FILE KEY.PATH: a field of a JSON report.
+jfield() { "$PY" -c 'import json,sys
+d = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."):
+    d = d.get(k) if isinstance(d, dict) else None
+print(d)' "$1" "$2"; }
+results() { R --scan --pattern 'ca:result:*' | wc -l; }
+wait_for() { # SECONDS CMD...: poll until CMD succeeds
+    local n=$(($1 * 20))
+    shift
+    for _ in $(seq "$n"); do "$@" && return 0; sleep 0.05; done
+    return 1
+}
+pending_for() { R XPENDING ca:jobs ca-workers | grep -q "^$1/"; }
+# The exit status a fake report implies: 0 for a reward >= 1, 1 for -1.
+fake_rc() { [ "$(jfield "$1" reward.reward)" -ge 1 ] && echo 0 || echo 1; }
+
+# -- unreachable Redis, bad URLs, no password in messages
+DEAD=$(free_port)
+run "$CA" eval --redis "redis://127.0.0.1:$DEAD" "$PWD/base"
+expect "eval: unreachable Redis is exit 69, naming the URL and what to do" 69 "" \
+    "cannot reach Redis at redis://127.0.0.1:$DEAD/0 (Connection refused); start redis-server"
+run "$CA" worker --redis "redis://127.0.0.1:$DEAD" --fake-eval 10
+expect "worker: unreachable Redis is exit 69" 69 "" "cannot reach Redis at redis://127.0.0.1:$DEAD"
+run "$CA" eval --redis "redis://bob:sekrit@127.0.0.1:$DEAD" "$PWD/base"
+assert "the password never appears in a message" \
+    bash -c "! grep -q sekrit '$ERR' && grep -qF 'redis://bob:***@127.0.0.1' '$ERR'"
+run "$CA" eval --redis "rediss://127.0.0.1:$PORT" "$PWD/base"
+expect "rediss:// is refused with what to do instead" 2 "" "TLS tunnel"
+run "$CA" eval --redis "http://x" "$PWD/base"
+expect "a URL of another scheme is a usage error" 2 "" "redis://"
+run "$CA" worker --redis "$URL" --fake-eval 10:sometimes
+expect "a bad --fake-eval spec is a usage error" 2 "" "--fake-eval"
+run "$CA" worker --fake-eval 10
+expect "worker needs --redis" 2 "" "--redis"
+run "$CA" eval --redis "$URL" --server /nowhere "$PWD/base"
+expect "--server and --redis exclude each other" 2
+
+# -- jobs through two workers: each its own result, exactly one per job
+worker w1 "$PWD/w1.log" --fake-eval 50 --jobs 4
+W1=$WPID
+worker w2 "$PWD/w2.log" --fake-eval 50 --jobs 4
+W2=$WPID
+cpids=()
+for i in $(seq 12); do
+    mkws "j$i"
+    "$CA" eval --redis "$URL" --wait 60 --json "$PWD/j$i" >"$PWD/j$i.json" 2>"$PWD/j$i.err" &
+    cpids+=($!)
+done
+bad_jobs=0
+for i in $(seq 12); do
+    wait "${cpids[$((i - 1))]}"
+    rc=$?
+    [ "$rc" = "$(fake_rc "$PWD/j$i.json")" ] || { bad_jobs=$((bad_jobs + 1)); echo "j$i: rc $rc"; cat "$PWD/j$i.err"; }
+    [ "$(jfield "$PWD/j$i.json" job)" = "$(jfield "$PWD/j$i.json" bus.job)" ] ||
+        { bad_jobs=$((bad_jobs + 1)); echo "j$i: the report is another job's"; }
+done
+assert "12 jobs through two workers: each its own report and exit status" [ "$bad_jobs" = 0 ]
+assert "exactly 12 results, nothing queued or pending" \
+    [ "$(results):$(R XLEN ca:jobs):$(R XPENDING ca:jobs ca-workers | head -1)" = "12:0:0" ]
+assert "both workers took jobs" bash -c "grep -q '\"worker\": \"w1\"' '$PWD'/j*.json && grep -q '\"worker\": \"w2\"' '$PWD'/j*.json"
+run "$CA" eval --redis "$URL" --json "$PWD/j1"
+assert "a job submitted again is answered from its stored result (same worker, same queue time)" \
+    [ "$(jfield "$OUT" bus.worker):$(jfield "$OUT" bus.queue_ms)" = "$(jfield "$PWD/j1.json" bus.worker):$(jfield "$PWD/j1.json" bus.queue_ms)" ]
+assert "still 12 results" [ "$(results)" = 12 ]
+kill -TERM "$W1" "$W2"
+wait "$W1"
+rc1=$?
+wait "$W2"
+assert "workers stop on SIGTERM with status 0" [ "$rc1:$?" = "0:0" ]
+
+# -- a worker killed mid-job: its entry is taken over, one result, a strike against it
+mkws kill1
+worker a "$PWD/a.log" --fake-eval 5000
+WA=$WPID
+"$CA" eval --redis "$URL" --wait 60 --json "$PWD/kill1" >"$PWD/kill1.json" 2>"$PWD/kill1.err" &
+C=$!
+assert "worker a holds the job" wait_for 10 pending_for a
+kill -9 "$WA"
+worker b "$PWD/b.log" --fake-eval 50 --reclaim-ms 1000
+WB=$WPID
+wait "$C"
+assert "the client got its result ($?)" [ -s "$PWD/kill1.json" ]
+assert "from worker b, on the second delivery" \
+    [ "$(jfield "$PWD/kill1.json" bus.worker):$(R GET "ca:result:$(jfield "$PWD/kill1.json" bus.job)" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["deliveries"])')" = "b:2" ]
+assert "a strike against the dead worker a" [ "$(R HGET ca:strikes a)" = 1 ]
+assert "13 results, nothing pending" \
+    [ "$(results):$(R XLEN ca:jobs):$(R XPENDING ca:jobs ca-workers | head -1)" = "13:0:0" ]
+assert "b logged the takeover" grep -q "took over entry .* from a/" "$PWD/b.log"
+kill -TERM "$WB"
+wait "$WB"
+
+# -- a stalled worker finishes after the takeover: one result, the late one dropped
+mkws stall1
+worker c "$PWD/c.log" --fake-eval 2500 --reclaim-ms 800
+WC=$WPID
+"$CA" eval --redis "$URL" --wait 60 --json "$PWD/stall1" >"$PWD/stall1.json" 2>/dev/null &
+C=$!
+assert "worker c holds the job" wait_for 10 pending_for c
+kill -STOP "$WC"
+worker d "$PWD/d.log" --fake-eval 50 --reclaim-ms 800
+WD=$WPID
+wait "$C"
+JOB=$(jfield "$PWD/stall1.json" bus.job)
+assert "the job's result came from d" [ "$(jfield "$PWD/stall1.json" bus.worker)" = d ]
+kill -CONT "$WC"
+assert "c finished later and dropped its own result" \
+    wait_for 15 grep -q "already had a result .* ours is dropped" "$PWD/c.log"
+assert "the recorded result is still d's, and the only one" \
+    [ "$(R GET "ca:result:$JOB" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["worker"])'):$(results)" = "d:14" ]
+kill -TERM "$WC" "$WD"
+wait "$WC" "$WD"
+
+# -- Redis killed (SIGKILL) and restarted under load, AOF on: no job or result lost
+worker e "$PWD/e.log" --fake-eval 300 --jobs 2
+WE=$WPID
+cpids=()
+for i in $(seq 8); do
+    mkws "r$i"
+    "$CA" eval --redis "$URL" --wait 90 --json "$PWD/r$i" >"$PWD/r$i.json" 2>"$PWD/r$i.err" &
+    cpids+=($!)
+done
+sleep 0.6
+kill -9 "$REDIS_PID"
+wait "$REDIS_PID" 2>/dev/null
+sleep 1
+start_redis "$PWD/redis" "$PORT"
+lost=0
+for i in $(seq 8); do
+    wait "${cpids[$((i - 1))]}"
+    rc=$?
+    [ -s "$PWD/r$i.json" ] && [ "$rc" = "$(fake_rc "$PWD/r$i.json")" ] ||
+        { lost=$((lost + 1)); echo "r$i: rc $rc: $(cat "$PWD/r$i.err")"; }
+done
+assert "all 8 clients got their results across the restart" [ "$lost" = 0 ]
+assert "the 14 results from before the restart and the 8 new ones are all there" [ "$(results)" = 22 ]
+assert "nothing queued or pending" [ "$(R XLEN ca:jobs):$(R XPENDING ca:jobs ca-workers | head -1)" = "0:0" ]
+kill -TERM "$WE"
+wait "$WE"
+
+# -- a worker that returns garbage is quarantined, reported, and its job done elsewhere
+mkws g1
+worker g "$PWD/g.log" --fake-eval 20:garbage --max-strikes 2 --reclaim-ms 500
+WG=$WPID
+"$CA" eval --redis "$URL" --wait 60 --json "$PWD/g1" >"$PWD/g1.json" 2>/dev/null &
+C=$!
+wait "$WG"
+grc=$?
+assert "the garbage worker quarantined itself and exited 75 ($grc)" \
+    bash -c "[ $grc = 75 ] && grep -q 'quarantined' '$PWD/g.log'"
+"$CA" --log-level info worker --redis "$URL" --name g --fake-eval 20 2>"$PWD/g2.log"
+grc=$?
+assert "a quarantined worker refuses to start again (75), naming --release ($grc)" \
+    bash -c "[ $grc = 75 ] && grep -q -- '--release g' '$PWD/g2.log'"
+run "$CA" worker --redis "$URL" --status
+assert "status reports the quarantine with its reason" \
+    bash -c "'$PY' -c 'import json,sys; d=json.load(open(sys.argv[1])); q=d[\"quarantine\"][\"g\"]; assert \"malformed report\" in q[\"reason\"], q; assert d[\"strikes\"][\"g\"] >= 2' '$OUT'"
+worker h "$PWD/h.log" --fake-eval 20 --reclaim-ms 500 --max-deliveries 5
+WH=$WPID
+wait "$C"
+assert "the job was done by a healthy worker" [ "$(jfield "$PWD/g1.json" bus.worker)" = h ]
+run "$CA" worker --redis "$URL" --release g
+expect "--release lifts the quarantine" 0 "released g"
+run "$CA" worker --redis "$URL" --status
+assert "status no longer lists g" bash -c "'$PY' -c 'import json,sys; d=json.load(open(sys.argv[1])); assert \"g\" not in d[\"quarantine\"] and \"g\" not in d[\"strikes\"]' '$OUT'"
+
+# -- a hung worker: its lease lapses at the job deadline, the job is taken over, it is struck
+# and (the striker's --max-strikes 1) quarantined
+kill -TERM "$WH"
+wait "$WH"
+mkws k1
+worker k "$PWD/k.log" --fake-eval 10:hang --job-deadline 1 --reclaim-ms 600
+WK=$WPID
+"$CA" eval --redis "$URL" --wait 60 --json "$PWD/k1" >"$PWD/k1.json" 2>/dev/null &
+C=$!
+assert "worker k holds the job" wait_for 10 pending_for k
+worker l "$PWD/l.log" --fake-eval 20 --reclaim-ms 600 --max-strikes 1
+WL=$WPID
+wait "$C"
+assert "the hung job's result came from l" [ "$(jfield "$PWD/k1.json" bus.worker)" = l ]
+wait "$WK"
+assert "the hung worker noticed its quarantine and exited 75" [ "$?" = 75 ]
+assert "quarantine names k: abandoned" bash -c "redis-cli -p $PORT HGET ca:quarantine k | grep -q abandoned"
+run "$CA" worker --redis "$URL" --release k
+kill -TERM "$WL"
+wait "$WL"
+
+# -- back-pressure: a bounded queue answers "busy" after --queue-wait
+worker p "$PWD/p.log" --fake-eval 10 --max-queue 2
+WP=$WPID
+assert "the worker published the bound" wait_for 5 bash -c "[ \"\$(redis-cli -p $PORT HGET ca:config max_queue)\" = 2 ]"
+kill -TERM "$WP"
+wait "$WP"
+mkws q1 && mkws q2 && mkws q3
+"$CA" eval --redis "$URL" --wait 60 --json "$PWD/q1" >"$PWD/q1.json" 2>/dev/null &
+Q1=$!
+"$CA" eval --redis "$URL" --wait 60 --json "$PWD/q2" >"$PWD/q2.json" 2>/dev/null &
+Q2=$!
+wait_for 10 bash -c "[ \"\$(redis-cli -p $PORT XLEN ca:jobs)\" = 2 ]"
+t0=$SECONDS
+run "$CA" eval --redis "$URL" --queue-wait 1 "$PWD/q3"
+expect "a third job beyond the bound: busy, exit 75" 75 "" "busy: the job queue"
+assert "after waiting about --queue-wait" [ $((SECONDS - t0)) -le 5 ]
+worker p2 "$PWD/p2.log" --fake-eval 10
+WP=$WPID
+wait "$Q1" "$Q2"
+run "$CA" eval --redis "$URL" --json "$PWD/q3"
+assert "once workers drain the queue, the job goes through" [ -n "$(jfield "$OUT" bus.worker)" ]
+R HDEL ca:config max_queue >/dev/null
+kill -TERM "$WP"
+wait "$WP"
+
+# -- artifacts are trusted by hash only: a tampered blob and a forged entry are refused
+mkws t1
+"$CA" eval --redis "$URL" --wait 60 --json "$PWD/t1" >"$PWD/t1.json" 2>"$PWD/t1.err" &
+C=$!
+wait_for 10 bash -c "[ \"\$(redis-cli -p $PORT XLEN ca:jobs)\" = 1 ]"
+SHA=$(R XRANGE ca:jobs - + | "$PY" -c '
+import json, sys
+lines = sys.stdin.read().split("\n")
+doc = json.loads(lines[lines.index("job") + 1])
+f = [f for f in doc["files"] if f["path"] == "model_new.py"][0]
+print(f["sha256"])')
+SIZE=$(R STRLEN "ca:blob:$SHA")
+R SET "ca:blob:$SHA" "$(head -c "$SIZE" /dev/zero | tr '\0' x)" >/dev/null
+R XADD ca:jobs '*' id 0000000000000000000000000000000000000000000000000000000000000000 job '{"v":1}' >/dev/null
+worker t "$PWD/t.log" --fake-eval 10
+WT=$WPID
+wait "$C"
+trc=$?
+assert "the tampered job failed: exit 3 (invalid input)" [ "$trc" = 3 ]
+assert "naming the digest" grep -q "SHA-256 is .*, not $SHA as the job says: refused" "$PWD/t1.err"
+assert "the forged entry (its id is not its digest) was dropped without a result" \
+    wait_for 5 bash -c "[ \"\$(redis-cli -p $PORT XLEN ca:jobs)\" = 0 ] && [ -z \"\$(redis-cli -p $PORT GET ca:result:0000000000000000000000000000000000000000000000000000000000000000)\" ]"
+kill -TERM "$WT"
+wait "$WT"
+
+# -- AUTH with an ACL user
+PORT2=$(free_port)
+mkdir -p "$PWD/redis2"
+redis-server --port "$PORT2" --bind 127.0.0.1 --dir "$PWD/redis2" --save '' --daemonize no \
+    --logfile "$PWD/redis2/redis.log" --user default off --user alice on '>pw2' '~*' '&*' '+@all' &
+REDIS2_PID=$!
+wait_for 5 grep -qs "Ready to accept" "$PWD/redis2/redis.log"
+mkws a1
+"$CA" worker --redis "redis://alice:pw2@127.0.0.1:$PORT2" --fake-eval 10 2>"$PWD/acl.log" &
+WACL=$!
+pids+=("$WACL")
+run "$CA" eval --redis "redis://alice@127.0.0.1:$PORT2" --wait 30 --json "$PWD/a1"
+expect "without the password: refused at once, exit 69, saying what to do" 69 "" \
+    "refused us (NOAUTH"
+CUDA_AGENT_REDIS_PASSWORD=pw2 run "$CA" eval --redis "redis://alice@127.0.0.1:$PORT2" --wait 30 --json "$PWD/a1"
+assert "with the ACL user's password (from the environment): evaluated" [ -n "$(jfield "$OUT" bus.worker)" ]
+run "$CA" eval --redis "redis://alice:wrong@127.0.0.1:$PORT2" "$PWD/a1"
+expect "a wrong password: exit 69, saying so, without echoing it" 69 "" "refused the credentials"
+assert "the wrong password is not in the message" bash -c "! grep -q wrong '$ERR'"
+kill -TERM "$WACL"
+wait "$WACL"
+
+# -- load: 64 consumers (4 workers x 16 slots), 128 jobs from 32 clients at once
+for n in 1 2 3 4; do worker "load$n" "$PWD/load$n.log" --fake-eval 20 --jobs 16; done
+for i in $(seq 128); do mkws "L$i"; done
+t0=$(date +%s.%N)
+cpids=()
+for i in $(seq 128); do
+    "$CA" eval --redis "$URL" --wait 120 --json "$PWD/L$i" >"$PWD/L$i.json" 2>/dev/null &
+    cpids+=($!)
+    if [ $((i % 32)) = 0 ]; then wait "${cpids[@]}"; cpids=(); fi
+done
+dt=$("$PY" -c "import time,sys; print(round(time.time() - float(sys.argv[1]), 1))" "$t0")
+got=0
+for i in $(seq 128); do [ -n "$(jfield "$PWD/L$i.json" bus.worker)" ] && got=$((got + 1)); done
+assert "load: 128 of 128 jobs through 64 consumers in ${dt} s" [ "$got" = 128 ]
+assert "load: each job one result, nothing left over" \
+    [ "$(R XLEN ca:jobs):$(R XPENDING ca:jobs ca-workers | head -1)" = "0:0" ]
+for n in "${pids[@]}"; do kill -TERM "$n" 2>/dev/null; done
+wait "${pids[@]}" 2>/dev/null
+pids=()
+
+# -- CPU mode end to end: the real evaluator on a worker, the same reward as locally
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+    skip torch "CPU-mode worker" "PyTorch is not importable by $PY"
+elif ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    skip nvcc "CPU-mode worker" "no nvcc"
+else
+    export CUDA_AGENT_PYTHON=$PY
+    export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_TEST_CACHE_DIR:-$CA_REPO/.test-cache}
+    export CUDA_AGENT_COMPILE_TIMEOUT=${CUDA_AGENT_COMPILE_TIMEOUT:-900}
+    cp -a "$PWD/base" "$PWD/cpu"
+    "$CA" worker --redis "$URL" --name cpu --device cpu --prewarm 1 2>"$PWD/cpu.log" &
+    WCPU=$!
+    pids+=("$WCPU")
+    mkws wrongcpu
+    sed -i 's/\* scale + bias\[c\]/* scale + bias[c] + 0.5f/' "$PWD/wrongcpu/kernels/swish_cpu.cu"
+    run "$CA" eval --redis "$URL" --wait 600 --json "$PWD/wrongcpu"
+    expect "CPU mode: a wrong kernel is caught by the worker's evaluator (reward -1)" 1 '"kind": "mismatch"'
+    run "$CA" eval --device cpu --json "$PWD/cpu"
+    cp "$OUT" "$PWD/local_full.json"
+    run "$CA" eval --redis "$URL" --wait 600 --json "$PWD/cpu"
+    expect "CPU mode: the full evaluation through the bus" 0 '"stage": "done"'
+    assert "evaluated by worker cpu, with the candidate in its sandbox" \
+        [ "$(jfield "$OUT" bus.worker):$(jfield "$OUT" harness.isolation.sandbox)" = cpu:True ]
+    assert "the same verdict as the local evaluation" \
+        [ "$(jfield "$OUT" ok):$(jfield "$OUT" stage)" = "$(jfield "$PWD/local_full.json" ok):$(jfield "$PWD/local_full.json" stage)" ]
+    assert "reward equal to the local evaluation's ($(jfield "$PWD/local_full.json" reward.reward))" \
+        [ "$(jfield "$OUT" reward.reward)" = "$(jfield "$PWD/local_full.json" reward.reward)" ]
+    kill -TERM "$WCPU"
+    wait "$WCPU"
+fi
+
+finish
