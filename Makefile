@@ -9,7 +9,8 @@
 
 CC ?= cc
 PKG_CONFIG ?= pkg-config
-PKGS := jansson libxxhash libpcre2-8 libseccomp libelf libcurl sqlite3 libmicrohttpd hiredis
+PKGS := jansson libxxhash libpcre2-8 libseccomp libelf libcurl sqlite3 libmicrohttpd hiredis \
+        libcrypto
 SANITIZE ?=
 WERROR ?=
 
@@ -61,7 +62,7 @@ EMBED_FILES := $(sort $(shell find template -type f 2>/dev/null)) \
 	$(sort $(wildcard src/*/*.py)) $(sort $(wildcard harness/*.py))
 EMBED_TOOL := $(BUILD)/tools/embed
 
-.PHONY: all test unit clean format format-check
+.PHONY: all test unit clean format format-check print-libs
 all: $(BIN)
 
 $(BIN): $(CLI_OBJ) $(LIB)
@@ -145,3 +146,7 @@ bench: $(BENCH_BIN)
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+# The link line's libraries (bench/carry.sh links a copy of the binary with them).
+print-libs:
+	@echo $(LDLIBS)

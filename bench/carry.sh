@@ -14,7 +14,7 @@ objs=$(ls build/src/cli/*.o)
 # DT_RPATH (not RUNPATH): it also applies to the libraries' own dependencies.
 # shellcheck disable=SC2086,SC2016
 cc -o .carry/cuda-agent $objs build/libcuda-agent.a \
-    $(pkg-config --libs jansson libxxhash libpcre2-8 libseccomp libelf libcurl sqlite3 libmicrohttpd) -lm \
+    $(make -s print-libs) \
     -Wl,--disable-new-dtags,-rpath,'$ORIGIN/lib'
 ldd .carry/cuda-agent | awk '$3 ~ /^\// {print $3}' |
     grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux[^/]*)\.so' |

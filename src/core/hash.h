@@ -1,9 +1,9 @@
 /*
  * hash.h - content hashing (XXH3 via libxxhash) for task ids and content-
  * addressed caches. XXH3 is not cryptographic: ids and cache keys, never secrets.
- * SHA-256 (hash_sha256.c, our own, from FIPS 180-4) names what travels between
+ * SHA-256 (hash_sha256.c, OpenSSL's libcrypto) names what travels between
  * machines (the job bus's artifacts and jobs), where a collision must be
- * infeasible, not just unlikely.
+ * infeasible, not just unlikely; SHA-1 is there for the WebSocket handshake.
  * Hex output is lowercase. Streaming state is caller-owned, not thread-safe.
  */
 #ifndef CA_HASH_H
@@ -35,6 +35,9 @@ void hash128_hex(struct hash128 h, char *out);
 void sha256_hex(const void *p, size_t n, char *out);
 /* Whether s is SHA256_HEX_LEN lowercase hex digits (a well-formed name, nothing more). */
 bool sha256_hex_valid(const char *s);
+/* SHA-1 of p[0..n) (RFC 6455's Sec-WebSocket-Accept; not for anything that must resist
+ * collisions). */
+void sha1_digest(const void *p, size_t n, unsigned char out[20]);
 
 /* Streaming 128-bit hash, e.g. over several files plus flags. */
 struct hash_stream;

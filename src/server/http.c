@@ -43,6 +43,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/hash.h"
 #include "core/json.h"
 #include "core/limits.h"
 #include "core/log.h"
@@ -572,7 +573,7 @@ static enum MHD_Result ws_accept(struct MHD_Connection *c, struct server *s)
                           "/ws is a WebSocket endpoint: send an Upgrade: websocket request");
     char *cat = xstrfmt("%s%s", key, WS_GUID);
     unsigned char dig[20];
-    server__sha1(cat, strlen(cat), dig);
+    sha1_digest(cat, strlen(cat), dig);
     free(cat);
     struct buf acc;
     buf_init(&acc, 64);

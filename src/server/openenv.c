@@ -12,8 +12,8 @@
  * episode (done). A refused action is an observation with is_error, not an
  * HTTP error: the model reads it and tries again, as with MCP.
  *
- * Also here: SHA-1 and base64 for the WebSocket handshake (RFC 6455 needs
- * them and nothing else does; not for any security purpose).
+ * Also here: base64 for the WebSocket handshake (its SHA-1 is core/hash's,
+ * libcrypto's).
  */
 #include "server/server.h"
 #include "server/server_internal.h"
@@ -186,63 +186,7 @@ json_t *server__openenv_schema(struct server *s)
     return v;
 }
 
-/* ---- SHA-1 (RFC 3174) and base64, for Sec-WebSocket-Accept ---- */
-
-static uint32_t rol(uint32_t x, int n)
-{
-    return (x << n) | (x >> (32 - n));
-}
-
-static void sha1_block(uint32_t h[5], const unsigned char *p)
-{
-    uint32_t w[80];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
-               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
-    for (int i = 16; i < 80; i++)
-        w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-    for (int i = 0; i < 80; i++) {
-        uint32_t f, k;
-        if (i < 20)
-            f = (b & c) | (~b & d), k = 0x5A827999;
-        else if (i < 40)
-            f = b ^ c ^ d, k = 0x6ED9EBA1;
-        else if (i < 60)
-            f = (b & c) | (b & d) | (c & d), k = 0x8F1BBCDC;
-        else
-            f = b ^ c ^ d, k = 0xCA62C1D6;
-        uint32_t t = rol(a, 5) + f + e + k + w[i];
-        e = d;
-        d = c;
-        c = rol(b, 30);
-        b = a;
-        a = t;
-    }
-    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
-}
-
-void server__sha1(const void *data, size_t len, unsigned char out[20])
-{
-    uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
-    const unsigned char *p = data;
-    size_t off = 0;
-    for (; off + 64 <= len; off += 64)
-        sha1_block(h, p + off);
-    unsigned char tail[128] = {0};
-    size_t rem = len - off;
-    memcpy(tail, p + off, rem);
-    tail[rem] = 0x80;
-    size_t tl = rem + 9 <= 64 ? 64 : 128;
-    uint64_t bits = (uint64_t)len * 8;
-    for (int i = 0; i < 8; i++)
-        tail[tl - 1 - i] = (unsigned char)(bits >> (8 * i));
-    for (size_t i = 0; i < tl; i += 64)
-        sha1_block(h, tail + i);
-    for (int i = 0; i < 5; i++)
-        for (int j = 0; j < 4; j++)
-            out[4 * i + j] = (unsigned char)(h[i] >> (24 - 8 * j));
-}
+/* ---- base64, for Sec-WebSocket-Accept ---- */
 
 int server__base64(const unsigned char *d, size_t n, struct buf *out)
 {

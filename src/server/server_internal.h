@@ -185,8 +185,6 @@ json_t *server__openenv_step(struct server *s, const json_t *req, const char *ep
 json_t *server__openenv_state(struct server *s, const char *episode_id, unsigned *status);
 json_t *server__openenv_schema(struct server *s);
 
-/* SHA-1 of data (RFC 3174) for the WebSocket handshake. */
-void server__sha1(const void *data, size_t len, unsigned char out[20]);
 /* Base64 of data appended to out. */
 int server__base64(const unsigned char *data, size_t len, struct buf *out) WARN_UNUSED_RESULT;
 
