@@ -313,3 +313,21 @@ void cli_detect_gpus(char ***out, size_t *n)
     }
     proc_result_release(&r);
 }
+
+static volatile sig_atomic_t cli_stop;
+
+static void cli_on_stop_signal(int sig)
+{
+    (void)sig;
+    cli_stop = 1;
+}
+
+volatile sig_atomic_t *cli_stop_on_signals(void)
+{
+    struct sigaction sa = {.sa_handler = cli_on_stop_signal};
+    /* sigaction fails only for an invalid signal or handler: neither here. */
+    (void)sigaction(SIGINT, &sa, NULL);
+    (void)sigaction(SIGTERM, &sa, NULL);
+    (void)signal(SIGPIPE, SIG_IGN); /* SIG_ERR only for an invalid signal */
+    return &cli_stop;
+}

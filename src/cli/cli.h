@@ -7,6 +7,7 @@
 #ifndef CA_CLI_H
 #define CA_CLI_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -62,6 +63,13 @@ int cli_parse(const struct cli_spec *spec, int argc, char **argv, char ***args, 
 bool cli_parse_cmd(const struct cli_spec *spec, int argc, char **argv, char ***args, int *nargs,
                    int *rc);
 void cli_print_help(const struct cli_spec *spec);
+
+/*
+ * A long-running command's stop: SIGINT and SIGTERM set *cli_stop_flag() (which the
+ * command's loop or service polls) and SIGPIPE is ignored (a closed client is an error
+ * return, not a death). Call once, before the loop.
+ */
+volatile sig_atomic_t *cli_stop_on_signals(void);
 
 /* Print "cuda-agent: error: <msg>" to stderr and return the exit code for err. */
 int cli_fail(const struct ca_err *err);

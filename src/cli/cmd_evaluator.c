@@ -19,14 +19,6 @@
 #include "eval/gpupool.h"
 #include "core/banned.h"
 
-static volatile sig_atomic_t stop_flag;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop_flag = 1;
-}
-
 int cmd_evaluator(int argc, char **argv)
 {
     struct evald_opts o = {0};
@@ -70,12 +62,9 @@ int cmd_evaluator(int argc, char **argv)
         .min_args = 0,
         .max_args = 0,
     };
-    char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
-    free(args);
+    int rc;
+    if (!cli_parse_cmd(&spec, argc, argv, NULL, NULL, &rc))
+        return rc;
     if (o.base.device && strcmp(o.base.device, "cuda") && strcmp(o.base.device, "cpu"))
         return cli_usage_error("evaluator", "--device must be cuda or cpu");
     bool cpu = o.base.device && strcmp(o.base.device, "cpu") == 0;
@@ -112,14 +101,10 @@ int cmd_evaluator(int argc, char **argv)
      * several (Python, torch, CUDA context, profiler): enough must wait in line. */
     o.prewarm = prewarm >= 0 ? (int)prewarm : cpu ? 1 : 8;
 
-    struct sigaction sa = {.sa_handler = on_signal};
-    /* sigaction fails only for an invalid signal or handler: neither here. */
-    (void)sigaction(SIGINT, &sa, NULL);
-    (void)sigaction(SIGTERM, &sa, NULL);
-    (void)signal(SIGPIPE, SIG_IGN); /* SIG_ERR only for an invalid signal */
+    volatile sig_atomic_t *stop = cli_stop_on_signals();
     fprintf(stderr, "evaluator: starting %zu runner(s) on %s; socket %s\n", o.n_gpus,
             cpu ? "the CPU" : "GPU(s)", socket_path);
-    rc = evald_serve(&o, &stop_flag, &err);
+    rc = evald_serve(&o, stop, &err);
     for (size_t i = 0; i < n && list; i++)
         free(list[i]);
     free(list);

@@ -16,14 +16,6 @@
 #include "eval/gpupool.h"
 #include "core/banned.h"
 
-static volatile sig_atomic_t stop_flag;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop_flag = 1;
-}
-
 int cmd_worker(int argc, char **argv)
 {
     struct evald_opts eo = {0};
@@ -97,12 +89,9 @@ int cmd_worker(int argc, char **argv)
         .min_args = 0,
         .max_args = 0,
     };
-    char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
-    free(args);
+    int rc;
+    if (!cli_parse_cmd(&spec, argc, argv, NULL, NULL, &rc))
+        return rc;
     if (!url)
         url = getenv("CUDA_AGENT_REDIS");
     if (!url || !*url)
@@ -155,11 +144,7 @@ int cmd_worker(int argc, char **argv)
     wo.max_queue = max_queue;
     wo.base = &eo.base;
 
-    struct sigaction sa = {.sa_handler = on_signal};
-    /* sigaction fails only for an invalid signal or handler: neither here. */
-    (void)sigaction(SIGINT, &sa, NULL);
-    (void)sigaction(SIGTERM, &sa, NULL);
-    (void)signal(SIGPIPE, SIG_IGN); /* SIG_ERR only for an invalid signal */
+    volatile sig_atomic_t *stop = cli_stop_on_signals();
     struct evald_host *host = NULL;
     if (wo.fake) {
         fprintf(stderr,
@@ -173,7 +158,7 @@ int cmd_worker(int argc, char **argv)
     }
     wo.host = host;
     if (rc == 0)
-        rc = bus_worker_run(&wo, &stop_flag, &err);
+        rc = bus_worker_run(&wo, stop, &err);
     evald_host_free(host);
     for (size_t i = 0; i < n && list; i++)
         free(list[i]);

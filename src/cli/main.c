@@ -64,12 +64,9 @@ int cmd_version(int argc, char **argv)
         .summary = "Print the version and the git revision it was built from.",
         .max_args = 0,
     };
-    char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
-    free(args);
+    int rc;
+    if (!cli_parse_cmd(&spec, argc, argv, NULL, NULL, &rc))
+        return rc;
     printf("cuda-agent %s (%s)\n", CA_VERSION, CA_GIT_REV);
     return CLI_OK;
 }
