@@ -150,6 +150,12 @@ struct bus_worker_opts {
     int64_t max_queue;       /* published as the queue bound (ca:config); 0: leave it */
     struct evald_host *host; /* the evaluator (NULL only with fake) */
     const struct eval_opts *base; /* its base options (cache_dir for job directories) */
+    /* The SHA-256 (hex) of every task this worker evaluates (--tasks), sorted by strcmp; a job
+     * whose task is another fails without running. NULL: any task. A job's task file runs as
+     * the trusted reference (docs/security.md), so this is what limits the code a writer to
+     * Redis can run on the worker's trusted side. */
+    const char *const *task_shas;
+    size_t n_task_shas;
     /* TEST DOUBLE, never a default: "MS[:ok|garbage|hang]" replaces the evaluation by a
      * sleep of about MS ms and a made-up report (bus_fake.c). */
     const char *fake;

@@ -237,6 +237,16 @@ static json_t *failure(int code, const char *msg)
     return json_pack("{s:b, s:s, s:i}", "ok", 0, "error", msg, "code", code);
 }
 
+static int cmp_sha(const void *key, const void *elem)
+{
+    return strcmp(key, *(const char *const *)elem);
+}
+
+static bool task_allowed(const struct bus_worker_opts *o, const char *sha)
+{
+    return bsearch(sha, o->task_shas, o->n_task_shas, sizeof(*o->task_shas), cmp_sha) != NULL;
+}
+
 static bool job_fault(int rc)
 {
     return rc == CA_EUSAGE || rc == CA_EPARSE || rc == CA_ETOOBIG || rc == CA_ENOTFOUND ||
@@ -366,6 +376,19 @@ static void process(struct bus_conn *c, struct slot *s, const redisReply *entry,
         result = failure(rc, err.msg);
         record(c, w, eid, job, result);
         json_decref(result);
+        return;
+    }
+    if (w->o->task_shas && !task_allowed(w->o, spec.task.sha)) {
+        char msg[CA_ERR_MSG_MAX];
+        snprintf(msg, sizeof(msg),
+                 "the job's task (sha256 %.16s...) is not one of worker %s's tasks (--tasks): "
+                 "it runs no reference code it does not hold",
+                 spec.task.sha, w->name);
+        result = failure(CA_ENOTFOUND, msg);
+        json_object_set_new(result, "deliveries", json_integer(n));
+        record(c, w, eid, job, result);
+        json_decref(result);
+        bus__spec_release(&spec);
         return;
     }
     set_lease(s, eid, t0 + deadline_ms(w, spec.opts) * 1000);
@@ -499,6 +522,10 @@ static void heartbeat(struct bus_conn *c, struct worker *w)
                   "slots", w->o->slots, "backend", w->o->fake ? "fake (test double)" : "evaluator",
                   "seen", (json_int_t)(bus__wall_us() / 1000000), "done",
                   (json_int_t)atomic_load(&w->done), "failed", (json_int_t)atomic_load(&w->failed));
+    /* What the worker runs as trusted reference code: "any", or how many tasks it holds. */
+    json_object_set_new(j, "tasks",
+                        w->o->task_shas ? json_integer((json_int_t)w->o->n_task_shas)
+                                        : json_string("any"));
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     redisReply *r = NULL;
@@ -648,6 +675,12 @@ int bus_worker_run(const struct bus_worker_opts *o, volatile sig_atomic_t *stop,
     heartbeat(c, w);
     LOG_INFO("worker %s: serving %s with %d slot(s)%s", w->name, w->url.shown, o->slots,
              o->fake ? " on the FAKE evaluation backend (a test double)" : "");
+    if (o->task_shas)
+        LOG_INFO("worker %s: evaluating the %zu task(s) of --tasks only", w->name, o->n_task_shas);
+    else
+        LOG_WARN("worker %s: evaluating any task a job brings; its task file runs as trusted "
+                 "reference code here (--tasks SOURCE limits that)",
+                 w->name);
     w->slots = xcalloc((size_t)o->slots, sizeof(*w->slots));
     struct lease_arg la = {.w = w};
     pthread_t lease;

@@ -12,15 +12,44 @@
 
 #include "bus/bus.h"
 #include "core/util.h"
+#include "core/hash.h"
 #include "eval/evald.h"
 #include "eval/gpupool.h"
+#include "task/task.h"
 #include "core/banned.h"
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The SHA-256 of every task of source (--tasks), sorted: what the worker may run as its
+ * trusted reference. A source without tasks is an error: the worker would refuse every job. */
+static int task_shas(const char *source, char ***out, size_t *n, struct ca_err *err)
+{
+    struct task_set set;
+    task_set_init(&set);
+    int rc = task_load(source, &set, err);
+    if (rc == 0 && set.n == 0)
+        rc = err_setf(err, CA_ENOTFOUND, "--tasks %s: no tasks there", source);
+    if (rc == 0) {
+        *out = xcalloc(set.n, sizeof(**out));
+        for (size_t i = 0; i < set.n; i++) {
+            (*out)[i] = xmalloc(SHA256_HEX_LEN + 1);
+            sha256_hex(set.tasks[i].code, set.tasks[i].code_len, (*out)[i]);
+        }
+        *n = set.n;
+        qsort(*out, *n, sizeof(**out), cmp_str);
+    }
+    task_set_release(&set);
+    return rc;
+}
 
 int cmd_worker(int argc, char **argv)
 {
     struct evald_opts eo = {0};
     struct bus_worker_opts wo = {0};
-    const char *url = NULL, *gpus = NULL, *release = NULL;
+    const char *url = NULL, *gpus = NULL, *release = NULL, *tasks = NULL;
     int64_t runners = 0, prewarm = -1, jobs = 0, reclaim_ms = 60000, deadline_s = 0;
     int64_t max_deliveries = 3, max_strikes = 3, max_queue = 0;
     bool status = false;
@@ -64,6 +93,11 @@ int cmd_worker(int argc, char **argv)
          "publish the bound on queued + running jobs; clients beyond it wait or get \"busy\" "
          "(default: leave it; 1024 when unset)",
          1, 10000000},
+        {"tasks", 0, CLI_OPT_STRING, &tasks, "SOURCE",
+         "evaluate only jobs whose task is one of SOURCE's (a KernelBench-style tree, a .jsonl or "
+         "a "
+         "task file; matched by SHA-256): a job's task runs as trusted reference code (default: "
+         "any task)"},
         {"status", 0, CLI_OPT_FLAG, &status, NULL,
          "print the bus's state (queue, pending jobs, workers, strikes, quarantine) as JSON"},
         {"release", 0, CLI_OPT_STRING, &release, "NAME", "lift worker NAME's quarantine"},
@@ -132,6 +166,16 @@ int cmd_worker(int argc, char **argv)
         else if (!gpus)
             cli_detect_gpus(&list, &n);
     }
+    char **shas = NULL;
+    size_t n_shas = 0;
+    if (tasks && task_shas(tasks, &shas, &n_shas, &err)) {
+        for (size_t i = 0; i < n && list; i++)
+            free(list[i]);
+        free(list);
+        return cli_fail(&err);
+    }
+    wo.task_shas = (const char *const *)shas;
+    wo.n_task_shas = n_shas;
     eo.gpus = (const char *const *)list;
     eo.n_gpus = n ? n : 1;
     eo.prewarm = prewarm >= 0 ? (int)prewarm : cpu ? 1 : 8;
@@ -163,6 +207,9 @@ int cmd_worker(int argc, char **argv)
     for (size_t i = 0; i < n && list; i++)
         free(list[i]);
     free(list);
+    for (size_t i = 0; i < n_shas; i++)
+        free(shas[i]);
+    free(shas);
     if (rc == CA_ECHILD) { /* quarantined */
         fprintf(stderr, "cuda-agent: error: %s\n", err.msg);
         return CLI_TEMPFAIL;

@@ -346,6 +346,30 @@ for n in "${pids[@]}"; do kill -TERM "$n" 2>/dev/null; done
 wait "${pids[@]}" 2>/dev/null
 pids=()
 
+# -- --tasks: a worker runs only the reference code it holds (a job's task is trusted code)
+run "$CA" worker --redis "$URL" --fake-eval 10 --tasks "$PWD/no-such-tasks"
+expect "worker --tasks with a missing source fails before serving" 4 "" "no-such-tasks"
+worker wt "$PWD/wt.log" --fake-eval 20 --tasks "$CA_REPO/examples/tasks"
+WTK=$WPID
+mkws tk1
+run "$CA" eval --redis "$URL" --wait 60 --json "$PWD/tk1"
+expect "a job whose task the worker does not hold fails, naming --tasks" 4 "" \
+    "is not one of worker wt's tasks (--tasks)"
+assert "the worker says at start-up that it evaluates --tasks' tasks only" \
+    grep -q "evaluating the [0-9]* task(s) of --tasks only" "$PWD/wt.log"
+kill -TERM "$WTK"
+wait "$WTK"
+worker wt2 "$PWD/wt2.log" --fake-eval 20 --tasks "$FIX/task.py"
+WTK2=$WPID
+mkws tk2
+run "$CA" eval --redis "$URL" --wait 60 --json "$PWD/tk2"
+assert "a job whose task is one of --tasks' is evaluated" \
+    [ "$(jfield "$OUT" bus.worker)" = wt2 ]
+assert "a worker without --tasks warns that any task's code runs as trusted reference code" \
+    grep -q "evaluating any task a job brings" "$PWD/w1.log"
+kill -TERM "$WTK2"
+wait "$WTK2"
+
 # -- CPU mode end to end: the real evaluator on a worker, the same reward as locally
 if ! "$PY" -c 'import torch' 2>/dev/null; then
     skip torch "CPU-mode worker" "PyTorch is not importable by $PY"
