@@ -41,8 +41,12 @@ static void print_usage(FILE *out)
                  "cuda-agent lets language models write, verify and profile CUDA kernels\n"
                  "against PyTorch reference tasks, and turns the result into a reward.\n\n"
                  "commands:\n");
+    int w = 0; /* the names' column: the longest name */
     for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
-        fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].summary);
+        if ((int)strlen(commands[i].name) > w)
+            w = (int)strlen(commands[i].name);
+    for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+        fprintf(out, "  %-*s %s\n", w, commands[i].name, commands[i].summary);
     fprintf(out,
             "\nglobal options:\n"
             "  --log-level LEVEL  error, warn (default), info, debug or trace\n"
