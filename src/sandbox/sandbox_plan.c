@@ -1,6 +1,6 @@
 /*
  * sandbox_plan.c - the plan of a sandbox: from the options, the complete list
- * of mount operations that sandbox_init.c applies inside the new namespaces.
+ * of mount operations that sandbox_init_mount.c applies inside the new namespaces.
  *
  * Everything is decided here, before clone: host paths are resolved with
  * realpath, every string is allocated in the plan's pool, and each operation
@@ -357,7 +357,7 @@ int sandbox__plan_build(const struct sandbox_opts *o, struct sandbox__plan *p, c
     if (!p->seccomp)
         return err_setf(err, why.code, "%s", why.msg);
 
-    /* The order below is the order of application; see sandbox_init.c. */
+    /* The order below is the order of application; see sandbox_init_mount.c. */
     struct sandbox__op *op = add_mount(p, "none", "/", MS_REC | MS_PRIVATE, NULL);
     op->src = op->fstype = NULL;
     op->what = pool(p, xstrdup("make the mount tree private"));
