@@ -11,7 +11,9 @@
  *            attempt is written once, in one transaction, when it finishes: a killed run
  *            loses only what was running, and re-running a finished run changes nothing;
  *   runner   the attempts in parallel (--jobs) through the evaluator service (a running one,
- *            or one started for the run), with progress on a terminal or JSON lines;
+ *            or one started for the run), or through an evaluation callback the caller hands
+ *            down (src/cli's job bus client: bench does not depend on bus/), with progress on
+ *            a terminal or JSON lines;
  *   metrics  pass rate, faster-than-eager / -compile rates and geometric-mean speedups per
  *            level and overall (DESIGN.md section 1), fast_p, the reward histogram and the
  *            fraction of the hardware's peak; text, JSON, Markdown and one self-contained HTML
@@ -39,6 +41,7 @@
 
 #include "core/buf.h"
 #include "core/err.h"
+#include "eval/eval.h"
 
 /* Limits of what a bench run reads from outside (the map file, a solutions folder). */
 #define BENCH_LIMIT_MAP_BYTES (64 * 1024 * 1024)
@@ -201,11 +204,26 @@ int bench_plan_build(const struct bench_plan_opts *o, struct bench_store *s, str
 
 /* ---- runner ------------------------------------------------------------------------------ */
 
+/*
+ * An evaluation done elsewhere (e.g. on a worker of the job bus): *report as from eval_run;
+ * non-zero (with err set) when no report came, which leaves the attempt unfinished. Called
+ * from the runner's worker threads, up to --jobs at once, with the caller's ctx.
+ */
+typedef int bench_eval_fn(void *ctx, const struct eval_opts *o, json_t **report,
+                          struct ca_err *err);
+
 struct bench_run_opts {
     const char *bin;       /* this program (for the evaluator and agent children) */
-    const char *evaluator; /* a running service's socket; NULL: start one */
-    const char *device;    /* "cuda" (default) or "cpu" */
-    const char *rules;     /* passed through */
+    const char *evaluator; /* a running service's socket; NULL: start one (unless eval) */
+    /* When set, every solution, workspace and replay attempt is evaluated by eval(eval_ctx,
+     * ...) and no evaluator service is started. Agent episodes are `cuda-agent run` children:
+     * they get agent_eval_args (e.g. {"--redis", URL, NULL}) instead of "--evaluator SOCKET";
+     * a plan with agent attempts needs them. */
+    bench_eval_fn *eval;
+    void *eval_ctx;
+    const char *const *agent_eval_args;
+    const char *device; /* "cuda" (default) or "cpu" */
+    const char *rules;  /* passed through */
     bool no_compile_baseline;
     int64_t budget_ms, timeout_ms;
     int jobs;              /* attempts at once */

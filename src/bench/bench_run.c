@@ -1,11 +1,12 @@
 /*
- * bench_run.c - the attempts of a plan, in parallel, through the evaluator service.
+ * bench_run.c - the attempts of a plan, in parallel, through the evaluator service or the
+ * caller's evaluation callback (the job bus, wired by src/cli).
  *
  * Threads: the calling thread owns the store, the display and the evaluator child; up to
- * --jobs workers each take the next unfinished attempt, evaluate it (evald_eval, or a
- * `cuda-agent run` child for agent episodes) and hand the result back through a mutex-guarded
- * list. The calling thread records each result in its own transaction as it arrives, so what
- * finished is on disk before the next one is awaited. Workers block SIGINT/SIGTERM: the
+ * --jobs workers each take the next unfinished attempt, evaluate it (evald_eval or the
+ * callback, or a `cuda-agent run` child for agent episodes) and hand the result back through a
+ * mutex-guarded list. The calling thread records each result in its own transaction as it arrives,
+ * so what finished is on disk before the next one is awaited. Workers block SIGINT/SIGTERM: the
  * command's handler sets *stop; then no new attempt starts and the running ones finish and are
  * kept; a second signal (*stop >= 2) abandons them (they stay unfinished and run again on
  * resume). An evaluator that cannot evaluate (a refused or lost connection) is not a result:
@@ -99,16 +100,28 @@ static int run_agent(struct runner *r, const struct bench_attempt *a, struct res
     }
     char turns[24];
     snprintf(turns, sizeof(turns), "%lld", (long long)(o->max_turns > 0 ? o->max_turns : 200));
-    const char *argv[] = {o->bin,        "run",        "--task",    a->task_path, "--model",
-                          o->model,      "--base-url", o->base_url, "--out",      out,
-                          "--evaluator", r->socket,    "--device",  o->device,    "--max-turns",
-                          turns,         "--json",     NULL};
-    if (!o->base_url) { /* the child's own default ($OPENAI_BASE_URL): drop --base-url */
-        size_t i = 6;
-        for (; argv[i + 2]; i++)
-            argv[i] = argv[i + 2];
-        argv[i] = NULL;
+    const char *argv[32];
+    size_t n = 0;
+    const char *fixed[] = {o->bin,        "run",   "--task", a->task_path, "--model",
+                           o->model,      "--out", out,      "--device",   o->device,
+                           "--max-turns", turns,   "--json"};
+    for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
+        argv[n++] = fixed[i];
+    if (o->base_url) { /* else the child's own default ($OPENAI_BASE_URL) */
+        argv[n++] = "--base-url";
+        argv[n++] = o->base_url;
     }
+    if (o->eval) { /* where the child's workspace commands evaluate, as the caller says */
+        for (size_t i = 0; o->agent_eval_args && o->agent_eval_args[i]; i++) {
+            if (n + 2 >= ARRAY_SIZE(argv))
+                BUG("too many agent evaluation arguments");
+            argv[n++] = o->agent_eval_args[i];
+        }
+    } else {
+        argv[n++] = "--evaluator";
+        argv[n++] = r->socket;
+    }
+    argv[n] = NULL;
     struct proc_opts po = {.argv = argv, .out_max = AGENT_OUT_MAX, .err_max = 64 * CA_KIB};
     struct proc_result pr;
     proc_result_init(&pr);
@@ -181,7 +194,8 @@ static void run_one(struct runner *r, size_t idx, struct result *res)
             eo.kernelbench_file = a->source;
         else
             eo.workspace = a->source;
-        res->rc = evald_eval(r->socket, &eo, &res->report, &err);
+        res->rc = o->eval ? o->eval(o->eval_ctx, &eo, &res->report, &err)
+                          : evald_eval(r->socket, &eo, &res->report, &err);
         if (res->rc)
             snprintf(res->msg, sizeof(res->msg), "%s", err.msg);
     }
@@ -456,7 +470,11 @@ int bench_run(const struct bench_run_opts *o, struct bench_store *s, const struc
     struct evaluator ev = {.child = {.pid = -1, .in_fd = -1, .out_fd = -1}};
     int rc = 0;
     r->socket = o->evaluator;
-    if (need_evaluator && !o->evaluator) {
+    if (o->eval && !o->agent_eval_args)
+        for (size_t i = 0; i < r->ntodo; i++)
+            if (p->attempts[r->todo[i]].kind == BENCH_KIND_AGENT)
+                BUG("agent attempts with an evaluation callback need agent_eval_args");
+    if (need_evaluator && !o->evaluator && !o->eval) {
         if (o->tty)
             fprintf(stderr, "[bench] starting the evaluator service (log in %s/evaluator.log)",
                     o->files_dir);

@@ -18,7 +18,8 @@
  * Ownership: a struct bus_job is a heap object (_new/_free) owned by its
  * creator. A struct bus_conn is one Redis connection; it is not thread-safe
  * (one per thread). bus_worker_run starts its own threads (one per job slot,
- * one for leases and heartbeats), each with its own connection; every
+ * one for leases, heartbeats and forgetting dead workers' consumers), each
+ * with its own connection; every
  * callback-free function here is safe to call from any thread with its own
  * connection.
  */
@@ -148,6 +149,8 @@ struct bus_worker_opts {
     int max_deliveries;      /* a job delivered more often gets a failure result */
     int max_strikes;         /* failed or abandoned jobs in a row before quarantine */
     int64_t max_queue;       /* published as the queue bound (ca:config); 0: leave it */
+    int64_t forget_ms;       /* consumers silent this long, of a worker whose heartbeat is as
+                                old, that own no entry, are deleted from the group (>= 1000) */
     struct evald_host *host; /* the evaluator (NULL only with fake) */
     const struct eval_opts *base; /* its base options (cache_dir for job directories) */
     /* The SHA-256 (hex) of every task this worker evaluates (--tasks), sorted by strcmp; a job

@@ -182,7 +182,8 @@ int bus_job_encode(const struct bus_job *j, struct buf *out, char id[SHA256_HEX_
     if (kb && j->n_files)
         return err_setf(err, CA_EUSAGE, "a KernelBench job carries no workspace files");
     struct blob *sorted = xcalloc(j->n_files + 1, sizeof(*sorted));
-    memcpy(sorted, j->files, j->n_files * sizeof(*sorted));
+    if (j->n_files) /* a KernelBench job has none (and files may be NULL) */
+        memcpy(sorted, j->files, j->n_files * sizeof(*sorted));
     qsort(sorted, j->n_files, sizeof(*sorted), cmp_blob);
     json_t *files = json_array();
     for (size_t i = 0; i < j->n_files; i++) {

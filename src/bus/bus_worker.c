@@ -16,6 +16,10 @@
  *     entry over, striking the owner it took it from.
  *   - Strikes count failed or abandoned jobs in a row per worker name; at --max-strikes the
  *     worker is quarantined (ca:quarantine), stops taking jobs and exits; a success clears them.
+ *   - A consumer is deleted from the group (XGROUP DELCONSUMER, which would drop its pending
+ *     entries) only inside the script that has just seen it own none: a dead worker's entries
+ *     are taken over first, and a live consumer deleted by mistake is only re-created by its
+ *     next read.
  */
 #include "bus/bus_internal.h"
 
@@ -42,6 +46,10 @@
 #define BUS_DONE_TTL "120"
 /* A job's lease is renewed this long beyond twice its candidate limit (compile, baselines). */
 #define BUS_DEADLINE_SLACK_MS ((int64_t)15 * 60 * 1000)
+/* The lease thread's wake-up step. */
+#define BUS_LEASE_STEP_US 50000
+/* Dead consumers deleted per pass, at most (a pass reads the group's consumer list once). */
+#define BUS_FORGET_MAX 16
 /* How long a finished result is retried while Redis is away. */
 #define BUS_RECORD_RETRY_MS ((int64_t)10 * 60 * 1000)
 
@@ -83,6 +91,36 @@ static const char RECORD_LUA[] =
     "redis.call('XDEL', KEYS[3], ARGV[4])\n"
     "if set then return 1 end\n"
     "return 0\n";
+
+/*
+ * Forget dead consumers: of the group's consumers named NAME/PID.SLOT, delete (at most ARGV[4])
+ * those that own no pending entry, have not touched the group for ARGV[3] ms, and whose worker's
+ * heartbeat (KEYS[2], NAME -> {"pid", "seen" in wall-clock seconds}) is of another process or
+ * older than ARGV[3] ms at ARGV[2] (wall-clock ms). Other consumers (`returned`) are left alone.
+ */
+static const char FORGET_LUA[] =
+    "local gone = {}\n"
+    "local now, after, max = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do\n"
+    "  if #gone >= max then break end\n"
+    "  local f = {}\n"
+    "  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end\n"
+    "  local w, pid = string.match(f['name'], '^(.+)/(%d+)%.%d+$')\n"
+    "  if w and f['pending'] == 0 and f['idle'] >= after then\n"
+    "    local hb = redis.call('HGET', KEYS[2], w)\n"
+    "    local live = false\n"
+    "    if hb then\n"
+    "      local ok, j = pcall(cjson.decode, hb)\n"
+    "      live = ok and type(j) == 'table' and tostring(j['pid']) == pid and\n"
+    "             type(j['seen']) == 'number' and now - j['seen'] * 1000 < after\n"
+    "    end\n"
+    "    if not live then\n"
+    "      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])\n"
+    "      gone[#gone + 1] = f['name']\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "return gone\n";
 
 /* A strike against a worker; quarantine at ARGV[2]. */
 static const char STRIKE_LUA[] = "local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)\n"
@@ -552,6 +590,27 @@ static void check_quarantine(struct bus_conn *c, struct worker *w)
     freeReplyObject(r);
 }
 
+/* One pass over the group's consumers (FORGET_LUA): at most BUS_FORGET_MAX deleted. */
+static void forget_dead(struct bus_conn *c, struct worker *w)
+{
+    char now[24], after[24], max[24];
+    snprintf(now, sizeof(now), "%lld", (long long)(bus__wall_us() / 1000));
+    snprintf(after, sizeof(after), "%lld", (long long)w->o->forget_ms);
+    snprintf(max, sizeof(max), "%d", BUS_FORGET_MAX);
+    redisReply *r = NULL;
+    struct ca_err err = {0};
+    if (bus__cmds(c, &r, &err, "EVAL", FORGET_LUA, "2", BUS_STREAM, BUS_KEY_WORKERS, BUS_GROUP, now,
+                  after, max, NULL) != 0) {
+        LOG_DEBUG("worker %s: forgetting dead consumers: %s", w->name, err.msg);
+        return;
+    }
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+        if (r->element[i]->type == REDIS_REPLY_STRING)
+            LOG_INFO("worker %s: forgot consumer %s (its worker is gone, it owned no job)", w->name,
+                     r->element[i]->str);
+    freeReplyObject(r);
+}
+
 struct lease_arg {
     struct worker *w;
     atomic_int done;
@@ -562,8 +621,16 @@ static void *lease_main(void *arg)
     struct lease_arg *la = arg;
     struct worker *w = la->w;
     struct bus_conn *c = NULL;
-    int64_t tick = w->o->reclaim_ms * 1000 / 4;
-    int64_t last_beat = 0;
+    /* Leases every reclaim/4, the heartbeat and quarantine check each second, dead consumers
+     * every forget/2 (within 1..60 s); the loop wakes every BUS_LEASE_STEP_US for whichever is
+     * due. */
+    int64_t renew_every = w->o->reclaim_ms * 1000 / 4;
+    int64_t forget_every = w->o->forget_ms * 1000 / 2;
+    if (forget_every < 1000000)
+        forget_every = 1000000;
+    if (forget_every > 60000000)
+        forget_every = 60000000;
+    int64_t last_renew = 0, last_beat = 0, last_forget = ca_now_us();
     while (!atomic_load(&la->done)) {
         if (*w->stop)
             atomic_store(&w->quit, 1);
@@ -573,7 +640,7 @@ static void *lease_main(void *arg)
             continue;
         }
         int64_t now = ca_now_us();
-        for (int i = 0; i < w->o->slots; i++) {
+        for (int i = 0; now - last_renew >= renew_every && i < w->o->slots; i++) {
             struct slot *s = &w->slots[i];
             char entry[64];
             pthread_mutex_lock(&s->mu);
@@ -593,17 +660,22 @@ static void *lease_main(void *arg)
             }
             freeReplyObject(r);
         }
+        if (now - last_renew >= renew_every)
+            last_renew = now;
         if (now - last_beat >= 1000000) {
             heartbeat(c, w);
             check_quarantine(c, w);
             last_beat = now;
         }
+        if (now - last_forget >= forget_every) {
+            forget_dead(c, w);
+            last_forget = now;
+        }
         if (c && !c->ctx) { /* lost: reconnect next round */
             bus_conn_free(c);
             c = NULL;
         }
-        for (int64_t t = 0; t < tick && !atomic_load(&la->done); t += 20000)
-            usleep(20000);
+        usleep(BUS_LEASE_STEP_US);
     }
     if (c) {
         heartbeat(c, w);
@@ -615,8 +687,9 @@ static void *lease_main(void *arg)
 int bus_worker_run(const struct bus_worker_opts *o, volatile sig_atomic_t *stop, struct ca_err *err)
 {
     if (o->slots < 1 || o->slots > 256 || o->reclaim_ms < 100 || o->max_deliveries < 1 ||
-        o->max_strikes < 1)
-        return err_setf(err, CA_EUSAGE, "bad worker options (slots 1..256, reclaim >= 100 ms)");
+        o->max_strikes < 1 || o->forget_ms < 1000)
+        return err_setf(err, CA_EUSAGE,
+                        "bad worker options (slots 1..256, reclaim >= 100 ms, forget >= 1 s)");
     if (!o->fake && !o->host)
         BUG("a worker without an evaluator");
     int frc = o->fake ? bus__fake_check(o->fake, err) : 0;

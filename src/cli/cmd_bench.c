@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "bus/bus.h"
 #include "core/buf.h"
 #include "core/fs.h"
 #include "core/limits.h"
@@ -59,7 +60,9 @@ static void set_str(json_t *o, const char *k, const char *v)
         json_object_set_new(o, k, json_string(v));
 }
 
-static void record_environment(struct bench_store *s, const char *device)
+/* gpu: ask nvidia-smi here (not when the evaluations run on CPU or on the bus's workers; the
+ * reports' harness.device says what they ran on). */
+static void record_environment(struct bench_store *s, bool gpu)
 {
     char host[256] = "";
     (void)gethostname(host, sizeof(host) - 1);
@@ -73,7 +76,7 @@ static void record_environment(struct bench_store *s, const char *device)
     (void)bench_store_set_env(s, "commit", CA_GIT_REV, NULL);
     (void)bench_store_set_env(s, "host", host, NULL);
     (void)bench_store_set_env(s, "last_started_at", now, NULL);
-    if (device && strcmp(device, "cpu") == 0)
+    if (!gpu)
         return;
     const char *argv[] = {"nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader",
                           NULL};
@@ -92,6 +95,19 @@ static void record_environment(struct bench_store *s, const char *device)
         }
     }
     proc_result_release(&r);
+}
+
+/* bench_eval_fn on the job bus: one connection per evaluation (the runner's threads call it at
+ * once, and a bus connection belongs to one thread). */
+struct bus_eval_ctx {
+    const char *url;
+    struct bus_client_opts bo;
+};
+
+static int eval_on_bus(void *ctx, const struct eval_opts *o, json_t **report, struct ca_err *err)
+{
+    const struct bus_eval_ctx *b = ctx;
+    return bus_eval(b->url, o, &b->bo, report, err);
 }
 
 static int write_reports(struct bench_store *s, const char *html, const char *md,
@@ -149,7 +165,8 @@ static int bench_run_cmd(int argc, char **argv)
     struct bench_run_opts ro = {0};
     const char *db = NULL;
     int64_t sample = 0, seed = 0, jobs = 4, runners = 1, budget_ms = 0, timeout_s = 0,
-            max_turns = 0;
+            max_turns = 0, queue_wait_s = 60, wait_s = 0;
+    const char *redis = NULL;
     bool as_json = false, no_html = false, retry_infra = false;
     const struct cli_opt opts[] = {
         {"db", 0, CLI_OPT_STRING, &db, "RUN.sqlite",
@@ -182,6 +199,16 @@ static int bench_run_cmd(int argc, char **argv)
          3600},
         {"evaluator", 0, CLI_OPT_STRING, &ro.evaluator, "SOCKET",
          "use this evaluator service (default $CUDA_AGENT_EVALUATOR; else one is started)"},
+        {"redis", 0, CLI_OPT_STRING, &redis, "URL",
+         "evaluate on the workers of this Redis job bus instead (default $CUDA_AGENT_REDIS "
+         "when no evaluator is named; see `cuda-agent worker`)"},
+        {"queue-wait", 0, CLI_OPT_INT, &queue_wait_s, "SEC",
+         "with --redis: while every worker is busy, an attempt waits this long to be queued "
+         "(default 60; then it is not evaluated and runs again on resume)",
+         0, 86400},
+        {"wait", 0, CLI_OPT_INT, &wait_s, "SEC",
+         "with --redis: wait this long for each result (default: twice the timeout + 30 min)", 1,
+         86400},
         {"device", 0, CLI_OPT_STRING, &ro.device, "cuda|cpu",
          "the started evaluator's device (default cuda)"},
         {"runners", 0, CLI_OPT_INT, &runners, "N", "with --device cpu: the started runners", 1, 64},
@@ -208,11 +235,16 @@ static int bench_run_cmd(int argc, char **argv)
             "rest run); other settings on an existing database are refused. At the end the\n"
             "table is printed and RUN.html and RUN.md are written beside the database;\n"
             "evaluator and agent files go to RUN.files/.\n\n"
+            "With --redis URL (or CUDA_AGENT_REDIS) the attempts are queued on the job bus and\n"
+            "evaluated by its workers (`cuda-agent worker`), with the workers' device and\n"
+            "settings; no evaluator is started here (not yet with --model).\n\n"
             "Ctrl-C: no new attempts start; the running ones finish and are kept. Twice: they\n"
             "are abandoned (and run again on resume).\n\n"
             "Exit status: 0 every attempt finished; 1 the run failed; 2 usage; 3 a bad map or\n"
             "database; 4 a task, file or folder does not exist; 69 no evaluator; 75 some\n"
-            "attempts could not be evaluated (run again to retry them); 130 interrupted.",
+            "attempts could not be evaluated (run again to retry them; with --redis also\n"
+            "when Redis was unreachable, the queue stayed full or no result came in time);\n"
+            "130 interrupted.",
         .opts = opts,
         .min_args = 0,
         .max_args = 1,
@@ -242,9 +274,33 @@ static int bench_run_cmd(int argc, char **argv)
                                "and --no-compile-baseline are for solutions");
     if (ro.device && strcmp(ro.device, "cuda") && strcmp(ro.device, "cpu"))
         return cli_usage_error("bench run", "--device must be cuda or cpu");
-    if (!ro.evaluator) {
+    if (ro.evaluator && redis)
+        return cli_usage_error("bench run", "--evaluator and --redis exclude each other");
+    if (!ro.evaluator && !redis) {
         const char *env = getenv("CUDA_AGENT_EVALUATOR");
         ro.evaluator = env && *env ? env : NULL;
+    }
+    if (!ro.evaluator && !redis) {
+        const char *env = getenv("CUDA_AGENT_REDIS");
+        redis = env && *env ? env : NULL;
+    }
+    if (redis && ro.model)
+        return cli_usage_error("bench run", "--model with --redis is not wired yet: agent "
+                                            "episodes evaluate through an evaluator service");
+    if (redis && (ro.device || runners != 1))
+        return cli_usage_error("bench run", "--device and --runners are the started evaluator's; "
+                                            "with --redis the workers' own settings apply");
+    struct bus_eval_ctx bus = {
+        .url = redis, .bo = {.wait_ms = wait_s * 1000, .queue_wait_ms = queue_wait_s * 1000}};
+    const char *agent_bus_args[] = {"--redis", redis, NULL};
+    if (redis) {
+        struct bus_url u;
+        struct ca_err uerr = {0};
+        if (bus_url_parse(redis, &u, &uerr))
+            return cli_usage_error("bench run", "%s", uerr.msg);
+        ro.eval = eval_on_bus;
+        ro.eval_ctx = &bus;
+        ro.agent_eval_args = agent_bus_args;
     }
 
     char *stem = run_stem(db);
@@ -344,7 +400,7 @@ static int bench_run_cmd(int argc, char **argv)
         work = !done;
     }
     if (work)
-        record_environment(s, ro.device);
+        record_environment(s, !redis && !(ro.device && strcmp(ro.device, "cpu") == 0));
 
     ro.bin = eval_sandbox_bin();
     if (!ro.bin) {

@@ -51,7 +51,7 @@ int cmd_worker(int argc, char **argv)
     struct bus_worker_opts wo = {0};
     const char *url = NULL, *gpus = NULL, *release = NULL, *tasks = NULL;
     int64_t runners = 0, prewarm = -1, jobs = 0, reclaim_ms = 60000, deadline_s = 0;
-    int64_t max_deliveries = 3, max_strikes = 3, max_queue = 0;
+    int64_t max_deliveries = 3, max_strikes = 3, max_queue = 0, forget_ms = 600000;
     bool status = false;
     const struct cli_opt opts[] = {
         {"redis", 0, CLI_OPT_STRING, &url, "URL",
@@ -83,6 +83,10 @@ int cmd_worker(int argc, char **argv)
         {"reclaim-ms", 0, CLI_OPT_INT, &reclaim_ms, "MS",
          "take over a job whose worker has not renewed its lease for this long (default 60000)",
          100, 3600000},
+        {"forget-ms", 0, CLI_OPT_INT, &forget_ms, "MS",
+         "delete from the group the consumers of workers gone this long (no heartbeat, no "
+         "reads) that own no job (default 600000)",
+         1000, 86400000},
         {"job-deadline", 0, CLI_OPT_INT, &deadline_s, "SEC",
          "renew a job's lease at most this long (default: twice its timeout + 15 min)", 1, 86400},
         {"max-deliveries", 0, CLI_OPT_INT, &max_deliveries, "N",
@@ -182,6 +186,7 @@ int cmd_worker(int argc, char **argv)
     wo.url = url;
     wo.slots = jobs ? (int)jobs : wo.fake ? 1 : (int)eo.n_gpus * 2;
     wo.reclaim_ms = reclaim_ms;
+    wo.forget_ms = forget_ms;
     wo.job_deadline_ms = deadline_s * 1000;
     wo.max_deliveries = (int)max_deliveries;
     wo.max_strikes = (int)max_strikes;

@@ -10,7 +10,9 @@
 # strike); a stalled worker that finishes after the takeover (its result dropped); Redis killed
 # and restarted under load with AOF (nothing lost); a garbage-returning worker and a hung one
 # quarantined and reported; back-pressure ("busy" after --queue-wait); a tampered artifact and
-# a forged entry refused; AUTH with an ACL user; a 64-consumer load run; CPU-mode end to end.
+# a forged entry refused; AUTH with an ACL user; a 64-consumer load run; `bench run --redis`
+# (solutions, workspaces, replays; Redis unreachable, then resumed); dead consumers forgotten
+# (and those that own entries or whose worker lives kept); CPU-mode end to end, bench included.
 . "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 command -v redis-server >/dev/null || skip_all redis "no redis-server (apt-get install redis-server)"
 command -v redis-cli >/dev/null || skip_all redis "no redis-cli (apt-get install redis-tools)"
@@ -370,6 +372,124 @@ assert "a worker without --tasks warns that any task's code runs as trusted refe
 kill -TERM "$WTK2"
 wait "$WTK2"
 
+# -- bench run --redis: solutions, workspaces and replays evaluated by the bus's workers
+BT=$CA_REPO/tests/bench/cpu
+unset CUDA_AGENT_EVALUATOR
+# breports DB: per attempt "key:stage:reward:job-matches-bus.job:reward-is-the-fake's-for-its-job"
+breports() { "$PY" -c '
+import json, sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute(
+    "select a.key, r.json from attempts a join reports r on r.attempt_id = a.id order by a.key")
+for key, j in rows:
+    d = json.loads(j)
+    bus = d.get("bus") or {}
+    job = d.get("job") or ""
+    r = int(job[0], 16) % 4 if job else None
+    fake = (-1 if r == 0 else r) if job else None
+    rew = (d.get("reward") or {}).get("reward")
+    print("%s:%s:%s:%s:%s" % (key, d.get("stage"), rew, job != "" and job == bus.get("job"), rew == fake))
+' "$1"; }
+run "$CA" bench run --redis "$URL" --evaluator /nowhere --db "$PWD/bx.sqlite" --solutions "$BT/solutions" "$BT/tasks"
+expect "bench: --evaluator and --redis exclude each other" 2 "" "exclude each other"
+run "$CA" bench run --redis "$URL" --device cpu --db "$PWD/bx.sqlite" --solutions "$BT/solutions" "$BT/tasks"
+expect "bench: --device is the started evaluator's, refused with --redis" 2 "" "workers' own settings"
+run "$CA" bench run --redis "http://x" --db "$PWD/bx.sqlite" --solutions "$BT/solutions" "$BT/tasks"
+expect "bench: a bad --redis URL is a usage error" 2 "" "redis://"
+assert "refused runs left no database" [ ! -e "$PWD/bx.sqlite" ]
+# Redis unreachable: nothing evaluated, exit 75; resumed once it is back: only those run.
+run "$CA" bench run --redis "redis://127.0.0.1:$DEAD" --db "$PWD/bs.sqlite" --solutions "$BT/solutions" --no-html --json "$BT/tasks"
+expect "bench --redis, Redis unreachable: the attempts are not evaluated, exit 75" 75 \
+    '"finished_now":1,' "could not be evaluated"
+assert "... each saying why" [ "$(grep -c "cannot reach Redis at redis://127.0.0.1:$DEAD" "$OUT")" = 3 ]
+worker bw1 "$PWD/bw1.log" --fake-eval 30 --jobs 2
+WB1=$WPID
+worker bw2 "$PWD/bw2.log" --fake-eval 30 --jobs 2
+WB2=$WPID
+n0=$(results)
+run "$CA" bench run --redis "$URL" --db "$PWD/bs.sqlite" --solutions "$BT/solutions" --jobs 3 --no-html --json "$BT/tasks"
+expect "bench --redis --solutions: resumed, the 3 solutions evaluated on the bus" 0 '"finished_now":3,'
+assert "... the missing one kept from before" grep -q '"already_finished":1,' "$OUT"
+assert "3 jobs queued, 3 results recorded" [ "$(($(results) - n0))" = 3 ]
+breports "$PWD/bs.sqlite" >"$PWD/bs.txt"
+assert "each attempt's report is its own job's result, from a worker ($(tr '\n' ' ' <"$PWD/bs.txt"))" \
+    [ "$(grep -c ':True:True$' "$PWD/bs.txt"):$(grep -c '^missing:missing:-1:False' "$PWD/bs.txt")" = "3:1" ]
+run "$CA" bench report --json "$PWD/bs.sqlite"
+assert "the run's verdicts follow the workers' rewards" "$PY" -c '
+import json, sqlite3, sys
+J = json.load(open(sys.argv[1]))
+rew = {n: r for n, r in sqlite3.connect(sys.argv[2]).execute(
+    "select t.name, r.reward from tasks t join attempts a on a.task_id = t.id join reports r on r.attempt_id = a.id")}
+for t in J["tasks"]:
+    assert t["verdict"] == ("correct" if rew[t["name"]] >= 1 else "failed"), (t, rew)' "$OUT" "$PWD/bs.sqlite"
+mkdir -p "$PWD/bws"
+cp -a "$PWD/base" "$PWD/bws/l1_1_Swish" && cp -a "$PWD/base" "$PWD/bws/l2_1_SwishScaled"
+echo "# other" >>"$PWD/bws/l2_1_SwishScaled/model_new.py"
+run "$CA" bench run --redis "$URL" --db "$PWD/bw.sqlite" --workspaces "$PWD/bws" --no-html --json "$BT/tasks"
+expect "bench --redis --workspaces" 0 '"finished_now":4,'
+breports "$PWD/bw.sqlite" >"$PWD/bw.txt"
+assert "two workspaces through the bus, each its own job ($(tr '\n' ' ' <"$PWD/bw.txt"))" \
+    [ "$(grep -c '^workspace:.*:True:True$' "$PWD/bw.txt")" = 2 ]
+RP=$PWD/replays
+mkdir -p "$RP/a"
+printf '{"type": "header", "format": 1, "task_ref": "x", "task": {"name": "l1_1_Swish"}, "model": "m", "base_url": "u", "options": {}, "tools": [], "messages": []}\n' >"$RP/a/trajectory.jsonl"
+cp -a "$PWD/bws/l1_1_Swish" "$RP/a/best_workspace"
+run "$CA" bench run --redis "$URL" --db "$PWD/br.sqlite" --replay "$RP" --tasks l1_1_Swish --no-html --json "$BT/tasks"
+expect "bench --redis --replay" 0 '"finished_now":1,'
+# bjob DB TASK: the job of TASK's evaluated attempt
+bjob() { "$PY" -c '
+import json, sqlite3, sys
+for (j,) in sqlite3.connect(sys.argv[1]).execute(
+        "select r.json from tasks t join attempts a on a.task_id = t.id join reports r on r.attempt_id = a.id where t.name = ?", (sys.argv[2],)):
+    print((json.loads(j).get("bus") or {}).get("job"))' "$1" "$2"; }
+assert "the replayed snapshot went through the bus: the same job as its workspace's" \
+    [ "$(bjob "$PWD/br.sqlite" l1_1_Swish)" = "$(bjob "$PWD/bw.sqlite" l1_1_Swish)" ]
+kill -TERM "$WB1" "$WB2"
+wait "$WB1" "$WB2"
+
+# -- dead consumers: a live worker deletes, a bounded number per pass, the consumers of workers
+# gone (no heartbeat of their process, silent past --forget-ms) that own no pending entry
+# (Redis 7.0 creates a consumer when it is first served an entry, so the doomed worker takes one.)
+R XADD ca:jobs '*' id ghost job '{}' >/dev/null
+R XREADGROUP GROUP ca-workers ghost/1.0 COUNT 1 STREAMS ca:jobs '>' >/dev/null
+R XGROUP CREATECONSUMER ca:jobs ca-workers ghost/1.1 >/dev/null
+R XGROUP CREATECONSUMER ca:jobs ca-workers returned >/dev/null
+worker dx "$PWD/dx.log" --fake-eval 10 --jobs 1
+WDX=$WPID
+mkws dx1
+run "$CA" eval --redis "$URL" --wait 30 --json "$PWD/dx1"
+consumers() { R XINFO CONSUMERS ca:jobs ca-workers | awk 'prev == "name" {print} {prev = $0}' | sort; }
+assert "the doomed worker's consumer is there" [ "$(consumers | grep -c "^dx/$WDX\.0$")" = 1 ]
+kill -9 "$WDX"
+wait "$WDX" 2>/dev/null
+worker live "$PWD/live.log" --fake-eval 10 --jobs 2 --forget-ms 1500 --reclaim-ms 600000
+WLV=$WPID
+# An idle consumer of the live worker's own process (kept: its heartbeat is fresh) and one of
+# an earlier process under the same name (forgotten).
+R XGROUP CREATECONSUMER ca:jobs ca-workers "live/$WLV.7" >/dev/null
+R XGROUP CREATECONSUMER ca:jobs ca-workers "live/1.0" >/dev/null
+assert "the dead worker's consumer, the idle ghost and the earlier process's are forgotten" \
+    wait_for 15 bash -c "! redis-cli -p $PORT XINFO CONSUMERS ca:jobs ca-workers | grep -q '^dx/\|^ghost/1.1\|^live/1\.0\$'"
+consumers >"$PWD/cons.txt"
+assert "kept: the ghost that owns an entry, returned, the live worker's idle consumer ($(tr '\n' ' ' <"$PWD/cons.txt"))" \
+    [ "$(grep -c '^ghost/1.0$' "$PWD/cons.txt"):$(grep -c '^returned$' "$PWD/cons.txt"):$(grep -c "^live/$WLV\.7\$" "$PWD/cons.txt")" = "1:1:1" ]
+assert "the ghost's entry is still pending" [ "$(R XPENDING ca:jobs ca-workers | head -1)" = 1 ]
+assert "the sweep was logged" grep -q "forgot consumer dx/" "$PWD/live.log"
+E=$(R XPENDING ca:jobs ca-workers - + 1 | head -1)
+R XACK ca:jobs ca-workers "$E" >/dev/null
+R XDEL ca:jobs "$E" >/dev/null
+assert "once its entry is acknowledged, the ghost goes too" \
+    wait_for 10 bash -c "! redis-cli -p $PORT XINFO CONSUMERS ca:jobs ca-workers | grep -q '^ghost/'"
+assert "every other consumer of the earlier workers went the same way" \
+    wait_for 15 bash -c "[ -z \"\$(redis-cli -p $PORT XINFO CONSUMERS ca:jobs ca-workers | awk 'prev == \"name\" {print} {prev = \$0}' | grep -v '^returned\$\|^live/')\" ]"
+R EVAL "for i = 1, 40 do redis.call('XGROUP', 'CREATECONSUMER', KEYS[1], 'ca-workers', 'many/9.' .. i) end" 1 ca:jobs >/dev/null
+many() { consumers | grep -c '^many/'; }
+for _ in $(seq 200); do [ "$(many)" -lt 40 ] && break; sleep 0.05; done
+n=$(many)
+assert "40 idle consumers of a gone worker: the first pass that finds them deletes 16 ($((40 - n)))" [ "$n" = 24 ]
+assert "... and later passes the rest" wait_for 10 bash -c "[ \$(redis-cli -p $PORT XINFO CONSUMERS ca:jobs ca-workers | grep -c '^many/') = 0 ]"
+kill -TERM "$WLV"
+wait "$WLV"
+
 # -- CPU mode end to end: the real evaluator on a worker, the same reward as locally
 if ! "$PY" -c 'import torch' 2>/dev/null; then
     skip torch "CPU-mode worker" "PyTorch is not importable by $PY"
@@ -397,6 +517,29 @@ else
         [ "$(jfield "$OUT" ok):$(jfield "$OUT" stage)" = "$(jfield "$PWD/local_full.json" ok):$(jfield "$PWD/local_full.json" stage)" ]
     assert "reward equal to the local evaluation's ($(jfield "$PWD/local_full.json" reward.reward))" \
         [ "$(jfield "$OUT" reward.reward)" = "$(jfield "$PWD/local_full.json" reward.reward)" ]
+    # bench through the same worker: a correct and a wrong KernelBench-format solution, the
+    # verdicts, stages and rewards of local evaluations of the same files.
+    BTS=(--rules kernelbench --no-compile-baseline)
+    run "$CA" bench run --redis "$URL" --wait 600 --db "$PWD/bcpu.sqlite" --solutions "$BT/solutions" \
+        --tasks l1_1_Swish,l2_1_SwishScaled "${BTS[@]}" --no-html --json "$BT/tasks"
+    expect "CPU mode: bench --redis --solutions on the worker" 0 '"finished_now":2,'
+    same=0
+    for t in "l1_1_Swish level1/1_Swish.py level_1_problem_1" "l2_1_SwishScaled level2/1_SwishScaled.py level_2_problem_1"; do
+        set -- $t
+        "$CA" eval --device cpu "${BTS[@]}" --json --task "$BT/tasks/$2" \
+            --kernelbench-file "$BT/solutions/$3_sample_0_kernel.py" >"$PWD/local_$1.json" 2>/dev/null
+        got=$("$PY" -c '
+import json, sqlite3, sys
+(j,) = sqlite3.connect(sys.argv[1]).execute(
+    "select r.json from tasks t join attempts a on a.task_id = t.id join reports r on r.attempt_id = a.id where t.name = ?", (sys.argv[2],)).fetchone()
+d = json.loads(j)
+print(d["ok"], d["stage"], d["reward"]["reward"], d["bus"]["worker"])' "$PWD/bcpu.sqlite" "$1")
+        want="$(jfield "$PWD/local_$1.json" ok) $(jfield "$PWD/local_$1.json" stage) $(jfield "$PWD/local_$1.json" reward.reward) cpu"
+        [ "$got" = "$want" ] && same=$((same + 1)) || echo "$1: bus '$got', local '$want'"
+    done
+    assert "CPU mode: bench through the bus gives the local verdicts, stages and rewards (2 of $same)" [ "$same" = 2 ]
+    assert "... one correct, one wrong" \
+        [ "$(jfield "$PWD/local_l1_1_Swish.json" stage):$(jfield "$PWD/local_l2_1_SwishScaled.json" stage)" = done:verify ]
     kill -TERM "$WCPU"
     wait "$WCPU"
 fi
