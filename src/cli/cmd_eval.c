@@ -115,10 +115,9 @@ int cmd_eval(int argc, char **argv)
         .max_args = 1,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     if (doctor) {
         free(args);
         return eval_doctor();

@@ -204,12 +204,9 @@ int cmd_run(int argc, char **argv)
         .min_args = 0,
         .max_args = 0,
     };
-    char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
-    free(args);
+    int rc;
+    if (!cli_parse_cmd(&spec, argc, argv, NULL, NULL, &rc))
+        return rc;
     if (!parse_real(temperature, 0, 100, &o.llm.temperature))
         return cli_usage_error("run", "--temperature must be a number from 0 to 100");
     if (!parse_real(top_p, 0, 1, &o.llm.top_p))

@@ -95,12 +95,9 @@ int cmd_serve(int argc, char **argv)
         .opts = opts,
         .max_args = 0,
     };
-    char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
-    free(args);
+    int rc;
+    if (!cli_parse_cmd(&spec, argc, argv, NULL, NULL, &rc))
+        return rc;
     if (use_stdio == (http != NULL))
         return cli_usage_error("serve", "give one of --stdio and --http ADDR:PORT");
     if (device && strcmp(device, "cuda") && strcmp(device, "cpu"))

@@ -61,10 +61,9 @@ int cmd_tool(int argc, char **argv)
         .max_args = 2,
     };
     char **args;
-    int nargs;
-    int rc = cli_parse(&spec, argc, argv, &args, &nargs);
-    if (rc)
-        return rc < 0 ? CLI_OK : rc;
+    int nargs, rc;
+    if (!cli_parse_cmd(&spec, argc, argv, &args, &nargs, &rc))
+        return rc;
     struct ca_err err = {0};
     json_t *req = NULL, *reply = NULL;
     struct buf in;
