@@ -195,8 +195,15 @@ int bus_eval(const char *url, const struct eval_opts *o, const struct bus_client
     struct bus_job *job = NULL;
     json_t *res = NULL;
     int rc = bus_url_parse(url, &u, err);
-    if (rc == 0)
+    if (rc == 0) {
         rc = bus_job_from_eval(o, &job, err);
+        if (rc && eval_refusal(rc)) {
+            /* Files the evaluator refuses (an escaping link, a file past its limit): the same
+             * verdict as a local evaluation, found here before anything is queued. */
+            bus_job_free(job);
+            return eval_refused_report(o, err->msg, report, err);
+        }
+    }
     if (rc == 0)
         rc = bus_conn_open(&u, &c, err);
     struct bus_client_opts co = *bo;

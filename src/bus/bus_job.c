@@ -273,7 +273,7 @@ int bus_job_from_eval(const struct eval_opts *o, struct bus_job **out, struct ca
         if (rc == 0)
             rc = fs_mkdtemp_beside(base.data, &tmp, err);
         else
-            rc = err_setf(err, rc, "$TMPDIR is too long");
+            rc = err_setf(err, CA_EUSAGE, "$TMPDIR is too long"); /* ours, not the files' */
         if (rc == 0)
             rc = eval_snapshot(o->workspace, tmp.data, &files, err);
         if (rc == 0)

@@ -551,6 +551,29 @@ static int check_objects(const struct compile_opts *co, const struct compile_rep
     return rc;
 }
 
+bool eval_refusal(int code)
+{
+    return code == CA_EPARSE || code == CA_ETOOBIG || code == CA_EESCAPE;
+}
+
+int eval_refused_report(const struct eval_opts *o, const char *message, json_t **report,
+                        struct ca_err *err)
+{
+    enum policy_rules rules;
+    json_t *r = json_pack("{s:o, s:s}", "stage_ms", json_object(), "message", message);
+    if (o->workspace)
+        json_object_set_new(r, "workspace", json_string(o->workspace));
+    if (policy_rules_parse(o->rules, &rules) == 0)
+        json_object_set_new(r, "rules", json_string(policy_rules_name(rules)));
+    int rc = finish(r, o->kernelbench_file ? "extract" : "snapshot", false, false, err);
+    if (rc) {
+        json_decref(r);
+        return rc;
+    }
+    *report = r;
+    return 0;
+}
+
 int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
 {
     int64_t t0 = ca_now_us(), ts;
@@ -618,7 +641,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
         stage_time(report, "snapshot", ts);
     }
     if (rc) {
-        if (rc == CA_EPARSE || rc == CA_ETOOBIG || rc == CA_EESCAPE) {
+        if (eval_refusal(rc)) {
             json_object_set_new(report, "message", json_string(err->msg));
             rc = finish(report, kb ? "extract" : "snapshot", false, false, err);
         }

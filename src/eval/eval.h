@@ -57,6 +57,15 @@ struct eval_opts {
  * Returns a negative code only when the evaluator itself cannot run. */
 int eval_run(const struct eval_opts *opts, json_t **report, struct ca_err *err) WARN_UNUSED_RESULT;
 
+/* The report eval_run gives when the files themselves are refused before the policy (stage
+ * "snapshot", or "extract" for a KernelBench file; message; reward -1), for an evaluator that
+ * takes the files elsewhere (the job bus's client): refused is a candidate's verdict there too.
+ * Errors only from the reward's computation. */
+int eval_refused_report(const struct eval_opts *opts, const char *message, json_t **report,
+                        struct ca_err *err) WARN_UNUSED_RESULT;
+/* Whether an error taking the files (snapshot, extraction, task) is the candidate's: refused. */
+bool eval_refusal(int code);
+
 /* The evaluator's cache root for these options (made 0700), appended to out. */
 int eval_cache_root(const struct eval_opts *opts, struct buf *out,
                     struct ca_err *err) WARN_UNUSED_RESULT;

@@ -372,6 +372,21 @@ assert "a worker without --tasks warns that any task's code runs as trusted refe
 kill -TERM "$WTK2"
 wait "$WTK2"
 
+# -- files the evaluator refuses: the same verdict through the bus as locally, nothing queued
+mkws big
+head -c 2000000 /dev/zero | tr '\0' '/' >"$PWD/big/kernels/big.cu" # past the 1 MiB a file may have
+run "$CA" eval --device cpu --json "$PWD/big"
+expect "locally, a source past its limit is the candidate's failure at the snapshot (exit 1)" 1
+cp "$OUT" "$PWD/big-local.json"
+n0=$(R XLEN ca:jobs):$(results)
+run "$CA" eval --redis "$URL" --wait 20 --json "$PWD/big"
+expect "through the bus: the same exit status" 1
+assert "... the same stage, reward and message" [ \
+    "$(jfield "$OUT" stage):$(jfield "$OUT" reward.reward):$(jfield "$OUT" message)" = \
+    "$(jfield "$PWD/big-local.json" stage):$(jfield "$PWD/big-local.json" reward.reward):$(jfield "$PWD/big-local.json" message)" ]
+assert "... a snapshot failure with reward -1, and nothing queued" \
+    [ "$(jfield "$OUT" stage):$(jfield "$OUT" reward.reward):$(R XLEN ca:jobs):$(results)" = "snapshot:-1:$n0" ]
+
 # -- bench run --redis: solutions, workspaces and replays evaluated by the bus's workers
 BT=$CA_REPO/tests/bench/cpu
 unset CUDA_AGENT_EVALUATOR
