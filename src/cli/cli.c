@@ -331,3 +331,42 @@ volatile sig_atomic_t *cli_stop_on_signals(void)
     (void)signal(SIGPIPE, SIG_IGN); /* SIG_ERR only for an invalid signal */
     return &cli_stop;
 }
+
+int cli_host_setup(const char *cmd, struct cli_host *h, bool no_runners)
+{
+    struct evald_opts *eo = h->eo;
+    const char *dev = eo->base.device;
+    if (dev && strcmp(dev, "cuda") && strcmp(dev, "cpu"))
+        return cli_usage_error(cmd, "--device must be cuda or cpu");
+    h->cpu = dev && strcmp(dev, "cpu") == 0;
+    if (h->gpus && h->cpu)
+        return cli_usage_error(cmd, "--gpus needs --device cuda");
+    if (h->runners && !h->cpu)
+        return cli_usage_error(cmd, "--runners is for --device cpu; use --gpus");
+    size_t runners = 0;
+    if (no_runners)
+        ;
+    else if (h->cpu)
+        runners = h->runners ? (size_t)h->runners : 1;
+    else if (h->gpus && (cli_split_list(h->gpus, &h->list, &h->n) || h->n == 0))
+        return cli_usage_error(cmd, "--gpus wants a list such as 0,1 (at most %d)",
+                               GPUPOOL_MAX_RUNNERS);
+    else if (!h->gpus)
+        cli_detect_gpus(&h->list, &h->n);
+    eo->gpus = (const char *const *)h->list;
+    eo->n_gpus = h->list ? h->n : runners;
+    if (eo->n_gpus == 0)
+        eo->n_gpus = 1;
+    /* A warm evaluation takes well under a second on a GPU while a fresh candidate needs
+     * several (Python, torch, CUDA context, profiler): enough must wait in line. */
+    eo->prewarm = h->prewarm >= 0 ? (int)h->prewarm : h->cpu ? 1 : 8;
+    return 0;
+}
+
+void cli_host_release(struct cli_host *h)
+{
+    for (size_t i = 0; i < h->n && h->list; i++)
+        free(h->list[i]);
+    FREE_AND_NULL(h->list);
+    h->n = 0;
+}

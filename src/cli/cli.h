@@ -13,6 +13,8 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "eval/evald.h"
+#include "eval/gpupool.h"
 
 enum cli_exit {
     CLI_OK = 0,
@@ -98,6 +100,75 @@ bool cli_stdout_tty(void);
 int cli_split_list(const char *s, char ***out, size_t *n);
 /* The GPUs to serve: CUDA_VISIBLE_DEVICES if set, else the indices nvidia-smi lists. */
 void cli_detect_gpus(char ***out, size_t *n);
+
+/*
+ * A machine's evaluator as `cuda-agent evaluator` and `cuda-agent worker` start it: the options
+ * (CLI_HOST_OPTS(h) in a command's option table, h a struct cli_host whose eo points at the
+ * command's evald_opts) and what they set up (cli_host_setup: the runners' GPUs, or CPU
+ * runners, and the pre-warm count into *eo; cli_host_release frees the GPU list).
+ */
+struct cli_host {
+    struct evald_opts *eo;
+    const char *gpus;
+    int64_t runners, prewarm;
+    bool cpu;    /* set up: --device cpu */
+    char **list; /* set up: the GPUs (owned), n entries */
+    size_t n;
+};
+#define CLI_HOST_OPTS(h)                                                                           \
+    {                                                                                              \
+        "device",       0,                                                                         \
+        CLI_OPT_STRING, &(h)->eo->base.device,                                                     \
+        "cuda|cpu",     "where to run (default cuda)"},                                            \
+        {"gpus",                                                                                   \
+         0,                                                                                        \
+         CLI_OPT_STRING,                                                                           \
+         &(h)->gpus,                                                                               \
+         "LIST",                                                                                   \
+         "GPUs to serve, one runner each, e.g. 0,1 (default: CUDA_VISIBLE_DEVICES, else all)"},    \
+        {"runners",   0,                                                                           \
+         CLI_OPT_INT, &(h)->runners,                                                               \
+         "N",         "with --device cpu: runners (default 1)",                                    \
+         1,           GPUPOOL_MAX_RUNNERS},                                                        \
+        {"prewarm",                                                                                \
+         0,                                                                                        \
+         CLI_OPT_INT,                                                                              \
+         &(h)->prewarm,                                                                            \
+         "N",                                                                                      \
+         "candidate processes each runner keeps pre-warmed (default 8 on a GPU, 1 on the CPU)",    \
+         0,                                                                                        \
+         16},                                                                                      \
+        {"arch",         0,                                                                        \
+         CLI_OPT_STRING, &(h)->eo->base.arch,                                                      \
+         "SM",           "target architecture (default: the GPU's)"},                              \
+        {"cache-dir",                                                                              \
+         0,                                                                                        \
+         CLI_OPT_STRING,                                                                           \
+         &(h)->eo->base.cache_dir,                                                                 \
+         "DIR",                                                                                    \
+         "evaluator cache (a worker's job directories too; default $CUDA_AGENT_CACHE_DIR or "      \
+         "~/.cache/cuda-agent)"},                                                                  \
+        {"no-sandbox",                                                                             \
+         0,                                                                                        \
+         CLI_OPT_FLAG,                                                                             \
+         &(h)->eo->base.no_sandbox,                                                                \
+         NULL,                                                                                     \
+         "compilers and candidates WITHOUT the sandbox (unsafe; hosts without userns)"},           \
+        {"no-candidate-sandbox",                                                                   \
+         0,                                                                                        \
+         CLI_OPT_FLAG,                                                                             \
+         &(h)->eo->base.no_candidate_sandbox,                                                      \
+         NULL,                                                                                     \
+         "candidates WITHOUT their sandbox (unsafe; to measure its cost)"},                        \
+    {                                                                                              \
+        "cpu-split", 0, CLI_OPT_STRING, &(h)->eo->cpu_split, "SPEC",                               \
+            "CPU cores for the runners' timing vs compiling: auto, off, N (cores per runner) or "  \
+            "TIMING/...:COMPILE lists, e.g. 15/14:0-13 (default $CUDA_AGENT_CPU_SPLIT, else auto)" \
+    }
+/* Check h's options (usage errors name cmd) and set up eo->gpus, n_gpus and prewarm; with
+ * no_runners (a worker on its test double) no GPU is looked for. 0, or CLI_USAGE (printed). */
+int cli_host_setup(const char *cmd, struct cli_host *h, bool no_runners);
+void cli_host_release(struct cli_host *h);
 
 int cmd_workspace(int argc, char **argv);
 int cmd_candidate_sandbox(int argc, char **argv);

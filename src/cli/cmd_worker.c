@@ -49,8 +49,9 @@ int cmd_worker(int argc, char **argv)
 {
     struct evald_opts eo = {0};
     struct bus_worker_opts wo = {0};
-    const char *url = NULL, *gpus = NULL, *release = NULL, *tasks = NULL;
-    int64_t runners = 0, prewarm = -1, jobs = 0, reclaim_ms = 60000, deadline_s = 0;
+    struct cli_host h = {.eo = &eo, .prewarm = -1};
+    const char *url = NULL, *release = NULL, *tasks = NULL;
+    int64_t jobs = 0, reclaim_ms = 60000, deadline_s = 0;
     int64_t max_deliveries = 3, max_strikes = 3, max_queue = 0, forget_ms = 600000;
     bool status = false;
     const struct cli_opt opts[] = {
@@ -59,27 +60,9 @@ int cmd_worker(int argc, char **argv)
          "$CUDA_AGENT_REDIS; a password is better in $CUDA_AGENT_REDIS_PASSWORD)"},
         {"name", 0, CLI_OPT_STRING, &wo.name, "NAME",
          "this worker's name for strikes and quarantine (default HOST-PID)"},
-        {"device", 0, CLI_OPT_STRING, &eo.base.device, "cuda|cpu", "where to run (default cuda)"},
-        {"gpus", 0, CLI_OPT_STRING, &gpus, "LIST",
-         "GPUs to serve, one runner each (default: CUDA_VISIBLE_DEVICES, else all)"},
-        {"runners", 0, CLI_OPT_INT, &runners, "N", "with --device cpu: runners (default 1)", 1,
-         GPUPOOL_MAX_RUNNERS},
-        {"prewarm", 0, CLI_OPT_INT, &prewarm, "N",
-         "candidate processes each runner keeps pre-warmed (default 8 on a GPU, 1 on the CPU)", 0,
-         16},
+        CLI_HOST_OPTS(&h),
         {"jobs", 0, CLI_OPT_INT, &jobs, "N",
          "jobs taken at once (default 2 per runner: one compiles while one runs)", 1, 256},
-        {"arch", 0, CLI_OPT_STRING, &eo.base.arch, "SM",
-         "target architecture (default: the GPU's)"},
-        {"cache-dir", 0, CLI_OPT_STRING, &eo.base.cache_dir, "DIR",
-         "evaluator cache and job directories (default $CUDA_AGENT_CACHE_DIR or "
-         "~/.cache/cuda-agent)"},
-        {"no-sandbox", 0, CLI_OPT_FLAG, &eo.base.no_sandbox, NULL,
-         "compilers and candidates WITHOUT the sandbox (unsafe; hosts without userns)"},
-        {"no-candidate-sandbox", 0, CLI_OPT_FLAG, &eo.base.no_candidate_sandbox, NULL,
-         "candidates WITHOUT their sandbox (unsafe; to measure its cost)"},
-        {"cpu-split", 0, CLI_OPT_STRING, &eo.cpu_split, "SPEC",
-         "CPU cores for timing vs compiling, as `cuda-agent evaluator --cpu-split`"},
         {"reclaim-ms", 0, CLI_OPT_INT, &reclaim_ms, "MS",
          "take over a job whose worker has not renewed its lease for this long (default 60000)",
          100, 3600000},
@@ -149,40 +132,19 @@ int cmd_worker(int argc, char **argv)
         printf("released %s\n", release);
         return CLI_OK;
     }
-    if (eo.base.device && strcmp(eo.base.device, "cuda") && strcmp(eo.base.device, "cpu"))
-        return cli_usage_error("worker", "--device must be cuda or cpu");
-    bool cpu = eo.base.device && strcmp(eo.base.device, "cpu") == 0;
-    if (gpus && cpu)
-        return cli_usage_error("worker", "--gpus needs --device cuda");
-    if (runners && !cpu)
-        return cli_usage_error("worker", "--runners is for --device cpu; use --gpus");
     struct bus_url u;
     if (bus_url_parse(url, &u, &err))
         return cli_usage_error("worker", "%s", err.msg);
-    char **list = NULL;
-    size_t n = 0;
-    if (!wo.fake) {
-        if (cpu)
-            n = runners ? (size_t)runners : 1;
-        else if (gpus && (cli_split_list(gpus, &list, &n) || n == 0))
-            return cli_usage_error("worker", "--gpus wants a list such as 0,1 (at most %d)",
-                                   GPUPOOL_MAX_RUNNERS);
-        else if (!gpus)
-            cli_detect_gpus(&list, &n);
-    }
+    if ((rc = cli_host_setup("worker", &h, wo.fake != NULL)) != 0)
+        return rc;
     char **shas = NULL;
     size_t n_shas = 0;
     if (tasks && task_shas(tasks, &shas, &n_shas, &err)) {
-        for (size_t i = 0; i < n && list; i++)
-            free(list[i]);
-        free(list);
+        cli_host_release(&h);
         return cli_fail(&err);
     }
     wo.task_shas = (const char *const *)shas;
     wo.n_task_shas = n_shas;
-    eo.gpus = (const char *const *)list;
-    eo.n_gpus = n ? n : 1;
-    eo.prewarm = prewarm >= 0 ? (int)prewarm : cpu ? 1 : 8;
     wo.url = url;
     wo.slots = jobs ? (int)jobs : wo.fake ? 1 : (int)eo.n_gpus * 2;
     wo.reclaim_ms = reclaim_ms;
@@ -202,16 +164,14 @@ int cmd_worker(int argc, char **argv)
                 wo.fake);
     } else {
         fprintf(stderr, "worker: starting %zu runner(s) on %s\n", eo.n_gpus,
-                cpu ? "the CPU" : "GPU(s)");
+                h.cpu ? "the CPU" : "GPU(s)");
         rc = evald_host_new(&eo, &host, &err);
     }
     wo.host = host;
     if (rc == 0)
         rc = bus_worker_run(&wo, stop, &err);
     evald_host_free(host);
-    for (size_t i = 0; i < n && list; i++)
-        free(list[i]);
-    free(list);
+    cli_host_release(&h);
     for (size_t i = 0; i < n_shas; i++)
         free(shas[i]);
     free(shas);
