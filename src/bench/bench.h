@@ -216,12 +216,10 @@ struct bench_run_opts {
     const char *bin;       /* this program (for the evaluator and agent children) */
     const char *evaluator; /* a running service's socket; NULL: start one (unless eval) */
     /* When set, every solution, workspace and replay attempt is evaluated by eval(eval_ctx,
-     * ...) and no evaluator service is started. Agent episodes are `cuda-agent run` children:
-     * they get agent_eval_args (e.g. {"--redis", URL, NULL}) instead of "--evaluator SOCKET";
-     * a plan with agent attempts needs them. */
+     * ...) and no evaluator service is started. Agent episodes (`cuda-agent run` children)
+     * evaluate through a service only: a plan with agent attempts must not set it. */
     bench_eval_fn *eval;
     void *eval_ctx;
-    const char *const *agent_eval_args;
     const char *device; /* "cuda" (default) or "cpu" */
     const char *rules;  /* passed through */
     bool no_compile_baseline;

@@ -111,16 +111,8 @@ static int run_agent(struct runner *r, const struct bench_attempt *a, struct res
         argv[n++] = "--base-url";
         argv[n++] = o->base_url;
     }
-    if (o->eval) { /* where the child's workspace commands evaluate, as the caller says */
-        for (size_t i = 0; o->agent_eval_args && o->agent_eval_args[i]; i++) {
-            if (n + 2 >= ARRAY_SIZE(argv))
-                BUG("too many agent evaluation arguments");
-            argv[n++] = o->agent_eval_args[i];
-        }
-    } else {
-        argv[n++] = "--evaluator";
-        argv[n++] = r->socket;
-    }
+    argv[n++] = "--evaluator";
+    argv[n++] = r->socket;
     argv[n] = NULL;
     struct proc_opts po = {.argv = argv, .out_max = AGENT_OUT_MAX, .err_max = 64 * CA_KIB};
     struct proc_result pr;
@@ -470,10 +462,10 @@ int bench_run(const struct bench_run_opts *o, struct bench_store *s, const struc
     struct evaluator ev = {.child = {.pid = -1, .in_fd = -1, .out_fd = -1}};
     int rc = 0;
     r->socket = o->evaluator;
-    if (o->eval && !o->agent_eval_args)
+    if (o->eval)
         for (size_t i = 0; i < r->ntodo; i++)
             if (p->attempts[r->todo[i]].kind == BENCH_KIND_AGENT)
-                BUG("agent attempts with an evaluation callback need agent_eval_args");
+                BUG("agent attempts evaluate through a service, not an evaluation callback");
     if (need_evaluator && !o->evaluator && !o->eval) {
         if (o->tty)
             fprintf(stderr, "[bench] starting the evaluator service (log in %s/evaluator.log)",

@@ -292,7 +292,6 @@ static int bench_run_cmd(int argc, char **argv)
                                             "with --redis the workers' own settings apply");
     struct bus_eval_ctx bus = {
         .url = redis, .bo = {.wait_ms = wait_s * 1000, .queue_wait_ms = queue_wait_s * 1000}};
-    const char *agent_bus_args[] = {"--redis", redis, NULL};
     if (redis) {
         struct bus_url u;
         struct ca_err uerr = {0};
@@ -300,7 +299,6 @@ static int bench_run_cmd(int argc, char **argv)
             return cli_usage_error("bench run", "%s", uerr.msg);
         ro.eval = eval_on_bus;
         ro.eval_ctx = &bus;
-        ro.agent_eval_args = agent_bus_args;
     }
 
     char *stem = run_stem(db);
