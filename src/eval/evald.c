@@ -154,11 +154,13 @@ static json_t *handle(struct evald *d, const json_t *req)
 {
     struct ca_err err = {0};
     const char *op = json_string_value(json_object_get(req, "op"));
-    if (op && strcmp(op, "status") == 0)
-        return json_pack("{s:b, s:o, s:o, s:I, s:i}", "ok", 1, "pool", gpupool_describe(d->h->pool),
-                         "cpus", cpuplan_to_json(d->h->plan), "served",
-                         (json_int_t)atomic_load(&d->served), "active",
-                         atomic_load(&d->active) - 1);
+    if (op && strcmp(op, "status") == 0) {
+        json_t *v = evald_host_describe(d->h); /* {"pool", "cpus"} */
+        json_object_set_new(v, "ok", json_true());
+        json_object_set_new(v, "served", json_integer((json_int_t)atomic_load(&d->served)));
+        json_object_set_new(v, "active", json_integer(atomic_load(&d->active) - 1));
+        return v;
+    }
     if (!op || strcmp(op, "eval") != 0)
         return error_reply(CA_EUSAGE, "unknown op: requests are {\"op\": \"eval\"|\"status\"}");
     json_t *report = NULL;
