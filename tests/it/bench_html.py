@@ -58,15 +58,7 @@ def check(chrome, ntasks: int, shot: str) -> list[str]:
         fails.append(f"{opened} evaluator reports shown with every row open, expected {ntasks}")
     if any(":CONSOLE" in l for l in p2.stderr.splitlines()):
         fails.append("console messages with every row open")
-    if re.search(r'(src|href)="(https?:)?//', dom):
-        fails.append("the page references the network")
-    s, png = chrome.screenshot(shot, 1280, 1600)
-    if png is None:
-        fails.append(f"screenshot failed (exit {s.returncode}): {s.stderr[-300:]}")
-    else:
-        w, h, distinct = png
-        if (w, h) != (1280, 1600) or distinct < 16:
-            fails.append(f"screenshot {w}x{h} with {distinct} distinct values: blank?")
+    fails += chrome.common_problems(shot, 1280, 1600)
     return fails
 
 

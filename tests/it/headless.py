@@ -13,6 +13,7 @@ rendered DOM and take a screenshot that must not be blank. What they share is he
 """
 import contextlib
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -73,6 +74,21 @@ class Page:
         if s.returncode != 0 or not os.path.exists(shot):
             return s, None
         return s, png_nonblank(shot)
+
+    def common_problems(self, shot: str, width: int, height: int) -> list[str]:
+        """What every report page must not do: reference the network, or render blank (a
+        width x height screenshot at shot with fewer than 16 distinct values)."""
+        fails = []
+        if re.search(r'(src|href)="(https?:)?//', self.dom):
+            fails.append("the page references the network")
+        s, png = self.screenshot(shot, width, height)
+        if png is None:
+            fails.append(f"screenshot failed (exit {s.returncode}): {s.stderr[-300:]}")
+        else:
+            w, h, distinct = png
+            if (w, h) != (width, height) or distinct < 16:
+                fails.append(f"screenshot {w}x{h} with {distinct} distinct values: blank?")
+        return fails
 
 
 @contextlib.contextmanager

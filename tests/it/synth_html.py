@@ -43,15 +43,7 @@ def check(chrome, accepted: int, shot: str) -> list[str]:
         if depth else []
     if sum(counts) != accepted:
         fails.append(f"depth rows add up to {sum(counts)}, not {accepted}")
-    if re.search(r'(src|href)="(https?:)?//', dom):
-        fails.append("the page references the network")
-    s, png = chrome.screenshot(shot, 1000, 1200)
-    if png is None:
-        fails.append(f"screenshot failed (exit {s.returncode})")
-    else:
-        w, h, distinct = png
-        if (w, h) != (1000, 1200) or distinct < 16:
-            fails.append(f"screenshot {w}x{h} looks blank ({distinct} distinct values)")
+    fails += chrome.common_problems(shot, 1000, 1200)
     return fails
 
 
