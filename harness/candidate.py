@@ -205,13 +205,19 @@ def blocking_stream(device: torch.device) -> torch.cuda.Stream:
     return torch.cuda.ExternalStream(handle.value, device=device)
 
 
-def _load_module(name: str, path: str) -> Any:
+def _load_module(name: str, path: str, prelude: str | None = None) -> Any:
+    """The file at path imported as module name; with prelude (a file's path), that file's
+    code runs first in the same namespace (KernelBench runs the reference's source and then
+    the candidate's in one dict, so a ModelNew may use the reference's module-level names)."""
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path} as module {name}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
+        if prelude is not None:
+            with open(prelude, encoding="utf-8") as f:
+                exec(compile(f.read(), prelude, "exec"), module.__dict__)  # noqa: S102
         spec.loader.exec_module(module)
     except BaseException:
         sys.modules.pop(name, None)
@@ -338,7 +344,7 @@ class Runner:
 
         self.stage("import_model_new")
         try:
-            mod = _load_module("model_new", job["model_new"])
+            mod = _load_module("model_new", job["model_new"], job.get("reference_globals"))
         except BaseException as exc:  # noqa: BLE001
             raise _fail_from(exc, "import", "importing model_new.py failed")
         model_cls = getattr(mod, "ModelNew", None)
@@ -398,17 +404,12 @@ class Runner:
             raise _fail_from(exc, "state_dict", f"ModelNew.state_dict() raised{at}")
         missing = [k for k in state if k not in theirs]
         unexpected = [k for k in theirs if k not in state]
-        seed = self.job.get("init_seed")
-        if (missing or unexpected) and k == 0 and self.job.get("rules") == "kernelbench" and \
-                isinstance(seed, int):
-            # KernelBench's semantics: ModelNew built from the seed Model was built from, with
-            # its own parameters (names and layout are the candidate's business there).
-            torch.manual_seed(seed)
-            try:
-                model = self.model_cls(*init_inputs)
-                return model.to(self.device).eval()
-            except BaseException as exc:  # noqa: BLE001
-                raise _fail_from(exc, "build", "ModelNew(*get_init_inputs()) raised")
+        # Under KernelBench's rules every model carries the seed its Model was built from.
+        seed = files.get("init_seed")
+        if not isinstance(seed, int) or self.job.get("rules") != "kernelbench":
+            seed = None
+        if (missing or unexpected) and seed is not None:
+            return self.build_from_seed(init_inputs, seed, at)
         if missing or unexpected:
             raise Failure("state_dict",
                           "state_dict keys differ from Model's: "
@@ -418,10 +419,24 @@ class Runner:
                           {"missing": missing, "unexpected": unexpected})
         try:
             model.load_state_dict(state, strict=True)
-            model = model.to(self.device).eval()
         except BaseException as exc:  # noqa: BLE001
+            if seed is not None:  # the same names, other shapes (a [C] bias kept as [C, 1, 1])
+                return self.build_from_seed(init_inputs, seed, at)
             raise _fail_from(exc, "state_dict", f"loading Model's state_dict failed{at}")
-        return model
+        try:
+            return model.to(self.device).eval()
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "build", f"moving ModelNew to the device failed{at}")
+
+    def build_from_seed(self, init_inputs: list[Any], seed: int, at: str) -> Any:
+        """KernelBench's semantics: ModelNew built from the seed Model was built from, with
+        its own parameters (their names and layout are the candidate's business there)."""
+        torch.manual_seed(seed)
+        try:
+            model = self.model_cls(*init_inputs)
+            return model.to(self.device).eval()
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail_from(exc, "build", f"ModelNew(*get_init_inputs()) raised{at}")
 
     def model_for(self, i: int) -> Any:
         """The model input set i runs on: the task's own, or (an extra shape whose sizes change

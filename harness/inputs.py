@@ -161,6 +161,7 @@ class InputSet:
         # reference model and its index in the job's models (0 is the task's own model).
         self.init: list[Any] | None = None
         self.model: torch.nn.Module | None = None
+        self.model_seed: int | None = None  # the secret seed it was built from
         self.model_index = 0
         # kind "derived-shape": how it was derived ({"sizes": {...}} or {"slice": {...}}), its
         # entry in the result's derived_shapes (its status is kept there); the candidate may
@@ -384,19 +385,21 @@ def shape_models(task: Any, sets: list[InputSet], device: torch.device) -> list[
 
 
 def build_own_model(task: Any, s: InputSet, device: torch.device) -> None:
-    """s.model = Model(*s.init) on the device, from a fresh secret seed (EvalError
-    "task_error" if the task refuses)."""
-    s.model = model_at(task, s.init or [], s.overrides or {}, device)
+    """s.model = Model(*s.init) on the device, from a fresh secret seed kept in s.model_seed
+    (EvalError "task_error" if the task refuses)."""
+    s.model, s.model_seed = model_at(task, s.init or [], s.overrides or {}, device)
 
 
 def model_at(task: Any, init: list[Any], sizes: dict[str, int],
-             device: torch.device) -> torch.nn.Module:
+             device: torch.device) -> tuple[torch.nn.Module, int]:
     """Model(*init) (the init inputs at some sizes) on the device, in eval mode, from a fresh
-    secret seed; EvalError "task_error" if the task refuses."""
-    torch.manual_seed(secret_seed())
+    secret seed, and that seed (under KernelBench's rules ModelNew is built from it too);
+    EvalError "task_error" if the task refuses."""
+    seed = secret_seed()
+    torch.manual_seed(seed)
     what = "Model(*get_init_inputs()) at " + ", ".join(f"{k}={v}" for k, v in sizes.items())
     m = task_call(what, lambda: task.Model(*init))
-    return task_call(f"moving {what} to the device", lambda: m.to(device).eval())
+    return task_call(f"moving {what} to the device", lambda: m.to(device).eval()), seed
 
 
 def smaller_odd(v: int) -> int | None:
@@ -517,27 +520,28 @@ def derive_shapes(task: Any, base: list[Any], limit: int, first_index: int,
                           "reason": "its inputs are not smaller than the task's own"})
             continue
         own = None if same_args(init, default_init) else init
-        model = None
+        model = seed = None
         if own is not None:  # built now, so that a size its constructor refuses is passed over
             try:
-                model = model_at(task, own, sizes, device)
+                model, seed = model_at(task, own, sizes, device)
             except EvalError as e:
                 notes.append({"sizes": sizes, "status": "dropped", "own_model": True,
                               "reason": hu.cap(f"the task refuses it: {e.message}", 512)})
                 continue
         if batch is None and lead is not None and (lead, 0) in changed:
-            batch = (sizes, drawn, own, model)
+            batch = (sizes, drawn, own, model, seed)
         else:
             # The largest size first; on a tie one that leaves the model as it is (cheaper).
             key = (getattr(task, name), own is None)
             if odd is None or key > odd[0]:
-                odd = (key, sizes, drawn, own, model)
+                odd = (key, sizes, drawn, own, model, seed)
         del drawn, model
     chosen = [c for c in (batch, odd[1:] if odd else None) if c is not None][:limit]
     sets: list[InputSet] = []
-    for sizes, drawn, own, model in chosen:
+    for sizes, drawn, own, model, seed in chosen:
         s = InputSet(first_index + len(sets), "derived-shape", drawn, device)
         s.overrides, s.init, s.model, s.derived = sizes, own, model, {"sizes": sizes}
+        s.model_seed = seed
         sets.append(s)
     if not sets:
         tensors = [x for x in base if isinstance(x, torch.Tensor) and x.dim() >= 1]

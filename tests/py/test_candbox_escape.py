@@ -30,7 +30,7 @@ pytest.importorskip("torch", reason="PyTorch is not installed")
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from test_harness import ROOT, evaluate  # noqa: E402
+from harness_case import ROOT, evaluate  # noqa: E402
 
 BINARY = os.environ.get("CUDA_AGENT") or str(ROOT / "build" / "cuda-agent")
 

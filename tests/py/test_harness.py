@@ -1,15 +1,10 @@
-"""End-to-end tests of harness/evaluate.py and harness/candidate.py in CPU mode.
-
-Each test writes a tiny task and a candidate (model_new.py plus a Python file standing in for
-the compiled cuda_extension, through the test-only --ext-module option), runs evaluate.py as
-a separate process exactly as the evaluator would, and checks the result JSON. Skipped, with
-the reason, where PyTorch is not installed.
+"""End-to-end tests of harness/evaluate.py and harness/candidate.py in CPU mode (the task,
+candidate and runner they share are in harness_case.py). Skipped, with the reason, where PyTorch
+is not installed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import pathlib
@@ -23,174 +18,13 @@ import time
 
 import pytest
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from harness_case import (EXT, EXT_16_ROWS, FEATURED_TASK, ROOT, SHAPED_TASK, TASK,  # noqa: E402
+                          assert_failed, ev, evaluate,
+                          kept_scratch, model_new, sandbox_args)
+import timing  # noqa: E402  (harness/, on the path through harness_case)
+
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-EVALUATE = ROOT / "harness" / "evaluate.py"
-sys.path.insert(0, str(ROOT / "harness"))
-import evaluate as ev  # noqa: E402  (needs torch)
-import timing  # noqa: E402
-
-TASK = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.scale = scale
-        self.weight = nn.Parameter(torch.randn(features))
-        self.register_buffer("bias", torch.randn(features))
-
-    def forward(self, x):
-        return torch.tanh(x * self.weight) * self.scale + self.bias
-
-
-def get_inputs():
-    return [torch.randn(16, 37)]
-
-
-def get_init_inputs():
-    return [37, 1.5]
-"""
-
-EXT = """
-import torch
-
-
-def affine(x, w, b, scale):
-    return torch.tanh(x * w) * scale + b
-"""
-
-MODEL_NEW = """
-import torch
-import torch.nn as nn
-
-import cuda_extension
-
-
-class ModelNew(nn.Module):
-    def __init__(self, features, scale):
-        super().__init__()
-        self.scale = scale
-        self.weight = nn.Parameter(torch.zeros(features))
-        self.register_buffer("bias", torch.zeros(features))
-
-    def forward(self, x):
-{body}
-"""
-
-CORRECT_BODY = "return cuda_extension.affine(x, self.weight, self.bias, self.scale)"
-
-# Written for the task's 16 rows: the last row of any other batch is left at zero.
-EXT_16_ROWS = EXT + textwrap.dedent("""
-    def affine_16(x, w, b, scale):
-        y = affine(x, w, b, scale)
-        if x.shape[0] != 16:
-            y = y.clone()
-            y[-1] = 0
-        return y
-    """)
-
-
-def model_new(body: str = CORRECT_BODY, header: str = "") -> str:
-    src = MODEL_NEW.replace("{body}", textwrap.indent(textwrap.dedent(body).strip(), " " * 8))
-    return header + src
-
-
-def strict_json(text: str):
-    def refuse(name):
-        raise ValueError(f"non-standard JSON constant {name}")
-    return json.loads(text, parse_constant=refuse)
-
-
-class Run:
-    def __init__(self, rc: int, stdout: str, stderr: str, result: dict, seconds: float):
-        self.rc = rc
-        self.stdout = stdout
-        self.stderr = stderr
-        self.result = result
-        self.seconds = seconds
-
-    @property
-    def failure(self):
-        return self.result["failure"]
-
-    def __repr__(self):
-        return (f"rc={self.rc}\nresult={json.dumps(self.result, indent=1)[:6000]}\n"
-                f"stdout={self.stdout[-2000:]}\nstderr={self.stderr[-4000:]}")
-
-
-def sandbox_args() -> list[str]:
-    """--sandbox with the built cuda-agent when there is one (tests/run.sh sets CUDA_AGENT),
-    else --no-sandbox: these tests are about the harness's logic; the sandbox's own tests
-    (test_candbox_escape.py) require it."""
-    binary = os.environ.get("CUDA_AGENT") or str(ROOT / "build" / "cuda-agent")
-    return ["--sandbox", binary] if os.access(binary, os.X_OK) else ["--no-sandbox"]
-
-
-def kept_scratch(tmp_path: pathlib.Path, name: str) -> pathlib.Path:
-    """A file the candidate wrote into its scratch directory ($TMPDIR) in a run made with
-    --keep-temp --tmp-dir tmp_path (its only writable directory in the sandbox)."""
-    (found,) = tmp_path.glob(f"cuda-agent-cand-*/scratch/{name}")
-    return found
-
-
-def evaluate(tmp_path: pathlib.Path, *, task: str = TASK, new: str | None = None,
-             ext: str = EXT, args=(), env=None, testing: bool = True,
-             compile_baseline: bool = False, subprocess_cli: bool = False,
-             timeout: float = 300) -> Run:
-    """Runs evaluate.py on a task and candidate written under tmp_path.
-
-    By default the trusted side runs in this process (evaluate.main(argv), saving a torch
-    import per test; the candidate is a separate process either way); subprocess_cli=True
-    runs `python3 harness/evaluate.py ...` exactly as the evaluator does.
-    """
-    work = tmp_path / f"run{len(list(tmp_path.glob('run*')))}"
-    (work / "cand").mkdir(parents=True)
-    (work / "task.py").write_text(task)
-    (work / "cand" / "model_new.py").write_text(new if new is not None else model_new())
-    (work / "ext.py").write_text(ext)
-    out = work / "result.json"
-    argv = ["--task", str(work / "task.py"), "--candidate-dir", str(work / "cand"),
-            "--ext-module", str(work / "ext.py"), "--device", "cpu", "--budget-ms", "50",
-            "--out", str(out), *([] if compile_baseline else ["--no-compile"]), *args]
-    if "--sandbox" not in args and "--no-sandbox" not in args:
-        argv += sandbox_args()
-    full_env = dict(os.environ)
-    full_env.pop("CUDA_AGENT_HARNESS_TESTING", None)
-    if testing:
-        full_env["CUDA_AGENT_HARNESS_TESTING"] = "1"
-    full_env.update(env or {})
-    t0 = time.monotonic()
-    if subprocess_cli:
-        proc = subprocess.run([sys.executable, str(EVALUATE), *argv], capture_output=True,
-                              text=True, env=full_env, timeout=timeout)
-        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-    else:
-        saved = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(full_env)
-        so, se = io.StringIO(), io.StringIO()
-        try:
-            with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
-                rc = ev.main(argv)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        stdout, stderr = so.getvalue(), se.getvalue()
-    seconds = time.monotonic() - t0
-    result = strict_json(out.read_text()) if out.exists() else {}
-    return Run(rc, stdout, stderr, result, seconds)
-
-
-def assert_failed(run: Run, kind: str, stage: str = "verify"):
-    assert run.rc == 1, run
-    assert run.result["ok"] is False, run
-    assert run.failure is not None and run.failure["kind"] == kind, run
-    assert run.result["stage"] == stage, run
-    assert run.failure["message"], run
 
 
 # -- passing candidates -------------------------------------------------------------------
@@ -389,48 +223,6 @@ def test_adversarial_set_catches_shortcut(tmp_path):
     assert adv["left_as_drawn"] == {"0": "positive"} and "skipped" in adv
 
 
-# -- precision ----------------------------------------------------------------------------
-
-HALF_BODY = """
-xh, wh = x.half(), self.weight.half()
-return cuda_extension.affine(xh, wh, self.bias.half(), self.scale).float()
-"""
-
-
-def test_reduced_precision_fails_strict(tmp_path):
-    run = evaluate(tmp_path, new=model_new(HALF_BODY))
-    assert_failed(run, "precision")
-    rec = run.result["verification"]["sets"][-1]
-    assert rec["mismatches"] == 0, run  # inside atol/rtol: only the precision rule catches it
-    p = rec["precision"][0]
-    assert p["ok"] is False and p["candidate_rms_err"] > p["threshold"]
-    assert "reduced precision" in run.failure["message"]
-
-
-def test_reduced_precision_passes_tf32(tmp_path):
-    run = evaluate(tmp_path, new=model_new(HALF_BODY), args=["--precision", "tf32"])
-    assert run.rc == 0, run
-    v = run.result["verification"]
-    assert v["precision"] == "tf32" and v["precision_observed"] == "reduced", run
-    assert run.result["timing"]["precision"] == "tf32"
-
-
-def test_fp32_reordering_is_not_reduced_precision(tmp_path):
-    # A legitimate fp32 computation in another order (and via exp) stays within the rule.
-    ext = ("import torch\n\ndef affine(x, w, b, scale):\n"
-           "    e = torch.exp(-2.0 * (x * w))\n"
-           "    return b + scale * ((1.0 - e) / (1.0 + e))\n")
-    task = TASK.replace("torch.randn(16, 37)", "torch.randn(16, 37) * 0.5")
-    run = evaluate(tmp_path, task=task, ext=ext, args=["--no-timing", "--adversarial-sets", "0",
-                                                       "--value-stress", "0"])
-    assert run.rc == 0, run
-    # Numerically unstable though (exp(-2x) overflows for x below -44, and inf/inf is NaN):
-    # the value-stress set fails it.
-    stressed = evaluate(tmp_path, task=task, ext=ext, args=["--no-timing"])
-    assert_failed(stressed, "mismatch")
-    assert stressed.result["verification"]["sets"][-1]["kind"] == "value-stress", stressed
-
-
 def test_tolerance_options(tmp_path):
     body = "return cuda_extension.affine(x, self.weight, self.bias, self.scale * 1.03)"
     run = evaluate(tmp_path, new=model_new(body),
@@ -556,27 +348,6 @@ def test_state_dict_key_mismatch(tmp_path):
     assert_failed(run, "state_dict")
     d = run.failure["details"]
     assert d["missing"] == ["weight"] and d["unexpected"] == ["w"], run
-
-
-def test_state_dict_keys_under_the_kernelbench_rules(tmp_path):
-    # KernelBench builds Model and ModelNew from the same seed and never copies weights: under
-    # its rules, a ModelNew with its own parameter names that draws them in Model's order is
-    # correct, and one that draws them differently is wrong (a mismatch, not a state_dict error).
-    body = "return cuda_extension.affine(x, self.w, self.b, self.scale)"
-    same = model_new(body).replace(
-        'self.weight = nn.Parameter(torch.zeros(features))\n'
-        '        self.register_buffer("bias", torch.zeros(features))',
-        'self.w = nn.Parameter(torch.randn(features))\n'
-        '        self.register_buffer("b", torch.randn(features))')
-    run = evaluate(tmp_path, new=same, args=["--rules", "kernelbench"])
-    assert run.rc == 0 and run.result["ok"], run.failure
-    assert run.result["rules"] == "kernelbench"
-    run = evaluate(tmp_path, new=same)  # the cuda-agent rules: the keys must match
-    assert_failed(run, "state_dict")
-    other = same.replace("torch.randn(features))\n        self.register_buffer",
-                         "torch.rand(features))\n        self.register_buffer")
-    run = evaluate(tmp_path, new=other, args=["--rules", "kernelbench"])
-    assert_failed(run, "mismatch")
 
 
 def test_state_dict_shape_mismatch(tmp_path):
@@ -1171,17 +942,6 @@ def test_pointer_cache_is_caught_after_timing(tmp_path):
     assert "after timing" in run.failure["message"]
 
 
-SHAPED_TASK = TASK + """
-
-EXTRA_SHAPES = [{"rows": 3}, {"rows": 1}]
-rows = 16
-
-
-def get_inputs():  # noqa: F811  (the shaped variant)
-    return [torch.randn(rows, 37)]
-"""
-
-
 def test_extra_shapes_catch_a_kernel_written_for_one_shape(tmp_path):
     ok = evaluate(tmp_path / "ok", task=SHAPED_TASK, args=["--no-timing"])
     assert ok.rc == 0, ok
@@ -1195,22 +955,6 @@ def test_extra_shapes_catch_a_kernel_written_for_one_shape(tmp_path):
         "return cuda_extension.affine_16(x, self.weight, self.bias, self.scale)"))
     assert_failed(bad, "mismatch")
     assert "(shape rows=3)" in bad.failure["message"]
-
-
-FEATURED_TASK = TASK + """
-
-EXTRA_SHAPES = [{"rows": 3}, {"features": 5}, {"rows": 2, "features": 37}]
-rows = 16
-features = 37
-
-
-def get_inputs():  # noqa: F811  (the featured variant)
-    return [torch.randn(rows, features)]
-
-
-def get_init_inputs():  # noqa: F811
-    return [features, 1.5]
-"""
 
 
 def test_extra_shapes_that_change_the_model_get_a_model_of_their_own(tmp_path):

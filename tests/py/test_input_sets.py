@@ -16,11 +16,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_harness import (EXT, EXT_16_ROWS, SHAPED_TASK, TASK, assert_failed, ev,  # noqa: E402
-                          evaluate,
-                          model_new)
+from harness_case import (EXT, EXT_16_ROWS, SHAPED_TASK, TASK, assert_failed, ev,  # noqa: E402
+                          evaluate, model_new)
 from test_worker import Worker, job  # noqa: E402
-import timing  # noqa: E402  (harness/, on the path through test_harness)
+import timing  # noqa: E402  (harness/, on the path through harness_case)
 
 # The task of test_harness.py with its sizes as module-level ints that get_inputs() reads; the
 # feature count is an init input too, so a derived feature count gets a model of its own.

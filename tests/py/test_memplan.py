@@ -14,10 +14,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_harness import EXT_16_ROWS, evaluate, model_new  # noqa: E402
-import test_harness  # noqa: E402
+from harness_case import EXT_16_ROWS, assert_failed, evaluate, model_new  # noqa: E402
 
-import compare  # noqa: E402  (harness/, on the path through test_harness)
+import compare  # noqa: E402  (harness/, on the path through harness_case)
 import evaluate as ev  # noqa: E402
 import memplan  # noqa: E402
 
@@ -332,7 +331,7 @@ def test_a_task_too_large_is_refused_up_front(tmp_path, monkeypatch):
 def test_a_candidate_that_runs_out_of_memory_fails_naming_its_budget(tmp_path):
     run = evaluate(tmp_path, new=model_new(
         'raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 TiB")'))
-    test_harness.assert_failed(run, "oom")
+    assert_failed(run, "oom")
     assert "the candidate ran out of GPU memory" in run.failure["message"]
     assert "no budget is known" in run.failure["message"]  # CPU mode: no device budget
     note = ev.candidate_oom_note({"max_memory_allocated": 3 * GIB},

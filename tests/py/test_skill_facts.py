@@ -33,7 +33,7 @@ def test_models_run_in_eval_mode():
                 self.bn = torch.nn.BatchNorm1d(4)
                 self.drop = torch.nn.Dropout(0.5)
 
-    m = ev.model_at(Task, [], {"n": 1}, torch.device("cpu"))
+    m, _ = ev.model_at(Task, [], {"n": 1}, torch.device("cpu"))
     assert not m.training and not m.bn.training and not m.drop.training
     # the candidate side: both ways it builds ModelNew end in .eval()
     src = (ROOT / "harness" / "candidate.py").read_text()

@@ -18,8 +18,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_harness import ev, evaluate  # noqa: E402
-import quality  # noqa: E402  (harness/, on the path through test_harness)
+from harness_case import ev, evaluate  # noqa: E402
+import quality  # noqa: E402  (harness/, on the path through harness_case)
 import timing  # noqa: E402
 
 
