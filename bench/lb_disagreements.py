@@ -6,7 +6,10 @@ under the class its report gives (stage, failure kind, the kind of input set it 
 first words of the message), then agreement and the rank correlation of our speedups over eager
 with KernelBench's, over all solutions and per level.
 
-  python3 bench/lb_disagreements.py OUT_DIR/lb.sqlite [--json FILE]
+  python3 bench/lb_disagreements.py OUT_DIR/lb.sqlite [--json FILE] [--task-list FILE]
+
+--task-list writes the disagreeing tasks' ids, comma-separated, for `bench run --tasks` (the
+same corpus again, only those tasks: what a change to the evaluator now says of them).
 
 Which class is a hack we catch, numerics, a rule KernelBench lacks or our defect is decided by
 reading the solutions; docs/BENCHMARKS.md holds that table for each whole-corpus run.
@@ -82,6 +85,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("db")
     p.add_argument("--json", help="also write the classes and numbers here")
+    p.add_argument("--task-list", help="write the disagreeing tasks' ids here, comma-separated")
     opts = p.parse_args()
     db = sqlite3.connect(opts.db)
     rows = db.execute(
@@ -92,6 +96,7 @@ def main() -> int:
         print(f"no evaluated solution in {opts.db}", file=sys.stderr)
         return 1
     classes: dict[str, list[str]] = collections.defaultdict(list)
+    failed_tasks: set[str] = set()
     pairs: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
     correct = collections.Counter()
     total = collections.Counter()
@@ -105,6 +110,7 @@ def main() -> int:
                 pairs[level].append((kb, speedup))
             continue
         classes[classify(json.loads(js), stage or "?", message or "")].append(f"{task} ({label})")
+        failed_tasks.add(task)
     n, ok = sum(total.values()), sum(correct.values())
     allpairs = [x for v in pairs.values() for x in v]
     summary = {
@@ -127,6 +133,9 @@ def main() -> int:
         print(f"  {len(v):3d}  {k}")
         for t in v:
             print(f"         {t}")
+    if opts.task_list:
+        with open(opts.task_list, "w") as f:
+            f.write(",".join(sorted(failed_tasks)) + "\n")
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(summary, f, indent=1)

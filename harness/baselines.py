@@ -1,5 +1,6 @@
 """baselines.py: the eager and torch.compile baselines (timed here, cached on disk), the
-reference's FLOPs, the speed-of-light bounds and the checks on the candidate's own timing.
+reference's FLOPs, the speed-of-light bounds, the checks on the candidate's own timing, and the
+result's timing section made of them (timing_section).
 """
 
 from __future__ import annotations
@@ -285,3 +286,47 @@ def validate_stats(stats: Any) -> dict[str, Any] | None:
             out["events"] = sub
     out.update(quality.validate(stats))
     return quality.mark(out)
+
+
+def timing_section(opts: argparse.Namespace, dev: dict[str, Any], s0: InputSet,
+                   state_bytes: int, cand_stats: dict[str, Any], base: dict[str, Any],
+                   cached: bool, launches: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The result's timing section and its flags (kernel floor, speed of light)."""
+    flags: list[dict[str, Any]] = []
+    cand_stats = kernel_floor(cand_stats, launches, flags)
+    cand_med = cand_stats.get("median_ms")
+    sol = speed_of_light(dev, s0, state_bytes, cand_med, base.get("flops"), opts.precision)
+
+    def speedup(b: Any) -> float | None:
+        if timing.finite_stats(b) and cand_med and cand_med > 0:
+            return b["median_ms"] / cand_med
+        return None
+
+    section = {
+        "mode": opts.timing,
+        "precision": opts.precision,
+        "eager": base["eager"],
+        "compile": base["compile"],
+        "candidate": cand_stats,
+        "baseline_cached": cached,
+        "speedup_vs_eager": speedup(base["eager"]),
+        "speedup_vs_compile": speedup(base["compile"]),
+        "sol": sol,
+    }
+    if "bytes" in sol["flagged_by"]:
+        flags.append({
+            "kind": "speed_of_light",
+            "message": f"the candidate's median {cand_med:.4g} ms is below half the "
+                       f"{sol['sol_ms']:.4g} ms that moving its inputs and outputs once "
+                       "takes at peak memory bandwidth: faster than memory bandwidth "
+                       "allows; not to be rewarded without review"})
+    if "flops" in sol["flagged_by"]:
+        flags.append({
+            "kind": "speed_of_light",
+            "message": f"the candidate's median {cand_med:.4g} ms is below half the "
+                       f"{sol['sol_flops_ms']:.4g} ms that the reference's "
+                       f"{sol['flops']:.4g} FLOPs take at the device's peak "
+                       f"{sol['peak_flops_kind']} tensor rate "
+                       f"({sol['peak_flops_per_s']:.4g} FLOP/s): faster than the hardware's "
+                       "arithmetic allows; not to be rewarded without review"})
+    return section, flags

@@ -19,6 +19,9 @@ scratch directory, a private /tmp, the GPU's device nodes and nothing else: not 
 process (another pid namespace), not the compile cache, the baselines or the reference's
 files, no network. Without it (--no-sandbox, the operator's explicit choice) it is a plain
 child process and the report says so.
+
+What the candidate reports of its own failure is cleaned before the result carries it
+(sanitize_failure).
 """
 
 from __future__ import annotations
@@ -426,3 +429,24 @@ def exit_description(rc: int) -> str:
             name = f"signal {-rc}"
         return f"killed by {name}"
     return f"exited with status {rc}"
+
+
+def sanitize_failure(msg: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """The candidate's failure message as the result may carry it: a kind only the candidate
+    may claim (never the evaluator's own: usage, task_error, harness, infrastructure), the
+    message and its details capped and made JSON-safe."""
+    kind = msg.get("kind")
+    if kind not in hu.FAILURE_KINDS or kind in ("usage", "task_error", "harness",
+                                                 "infrastructure"):
+        kind = "exception"
+    message = hu.cap(str(msg.get("message", "")), hu.STDERR_TAIL_BYTES)
+    details = msg.get("details") if isinstance(msg.get("details"), dict) else {}
+    clean: dict[str, Any] = {}
+    for k, v in list(details.items())[:32]:
+        v = hu.json_safe(v)
+        if isinstance(v, str):
+            v = hu.cap(v, hu.STDERR_TAIL_BYTES)
+        elif len(hu.dumps(v)) > 8192:
+            v = hu.cap(hu.dumps(v), 2048)
+        clean[str(k)[:64]] = v
+    return kind, message, clean

@@ -23,7 +23,6 @@ progress lines only. Exit status: 0 the candidate passed (and was timed unless -
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,7 +39,7 @@ from evalbase import (  # noqa: E402,F401
     is_oom, EvalError, Log, secret_seed, task_call, as_list, set_precision, nbytes)
 from job import (  # noqa: E402,F401
     lay_out_streamed, check_streamed, write_model, lay_out, arena_inputs, fill_inputs,
-    received_outputs)
+    received_outputs, footprint_of)
 from inputs import (  # noqa: E402,F401
     DEFAULT_DERIVED_SHAPES, sha256_file, load_task, heavy_tailed_like, InputSet, draw_sets,
     shape_models, model_at, smaller_odd, size_names, validate_derived, choose_stress_scale,
@@ -51,14 +50,16 @@ from compare import (  # noqa: E402,F401
     check_launches)
 from baselines import (  # noqa: E402,F401
     kernel_floor, device_info, baseline_key, baseline_cache_path, measure_baselines, count_flops,
-    speed_of_light, validate_stats)
+    speed_of_light, validate_stats, timing_section)
+from memplan import candidate_oom_note, oom_request_bytes, oom_within_budget  # noqa: E402,F401
+from candidate_proc import sanitize_failure  # noqa: E402
 
 # Names tests and tools reach through this module (they live in the modules above).
 __all__ = ['MIN_EXTENSION_SHARE', 'baseline_cache_path', 'PRECISION_FACTOR',
            'PRECISION_REL_FLOOR_EPS', 'arena_inputs', 'check_set', 'compare_tensor',
            'count_flops', 'first_true', 'growth', 'heavy_tailed_like', 'model_at',
            'precision_record', 'received_outputs', 'refused_record', 'size_names',
-           'smaller_odd', 'unravel']
+           'smaller_odd', 'unravel', 'oom_request_bytes', 'kernel_floor', 'speed_of_light']
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
@@ -156,44 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "made when compared (streamed as --memory-window says, default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
-
-
-# ---------------------------------------------------------------------------------------
-# Task, seeds, inputs
-
-
-# ---------------------------------------------------------------------------------------
-# Derived input sets: shapes and values the task does not list
-
-
-# ---------------------------------------------------------------------------------------
-# Comparison
-
-
-# ---------------------------------------------------------------------------------------
-# What the candidate reported
-
-
-def sanitize_failure(msg: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    kind = msg.get("kind")
-    if kind not in hu.FAILURE_KINDS or kind in ("usage", "task_error", "harness",
-                                                 "infrastructure"):
-        kind = "exception"
-    message = hu.cap(str(msg.get("message", "")), hu.STDERR_TAIL_BYTES)
-    details = msg.get("details") if isinstance(msg.get("details"), dict) else {}
-    clean: dict[str, Any] = {}
-    for k, v in list(details.items())[:32]:
-        v = hu.json_safe(v)
-        if isinstance(v, str):
-            v = hu.cap(v, hu.STDERR_TAIL_BYTES)
-        elif len(hu.dumps(v)) > 8192:
-            v = hu.cap(hu.dumps(v), 2048)
-        clean[str(k)[:64]] = v
-    return kind, message, clean
-
-
-# ---------------------------------------------------------------------------------------
-# Baselines and speed of light
 
 
 # ---------------------------------------------------------------------------------------
@@ -464,24 +427,64 @@ class Session:
             raise
         self.result["verification"]["post_timing"] = self.post_rec
 
+    def verification_flags(self, verified: bool) -> None:
+        """After verification: the launch evidence's availability, and the precision observed
+        (a reduced_precision flag where the rule was measured and not enforced)."""
+        result, opts = self.result, self.opts
+        v = result["verification"]
+        if verified and self.device.type == "cuda":
+            why_none = check_launches(v.get("launches"), opts.rules)
+            if why_none is not None:
+                result["flags"].append({"kind": "launch_evidence_unavailable",
+                                        "message": why_none})
+        precs = [p for r in v["sets"] for p in r.get("precision", [])
+                 if r.get("precision_enforced", True)]
+        if precs:
+            v["precision_observed"] = "fp32" if all(p["ok"] for p in precs) else "reduced"
+        if self.precision != "strict":
+            v["precision_enforced"] = False
+            if opts.precision == "strict" and v.get("precision_observed") == "reduced":
+                result["flags"].append({
+                    "kind": "reduced_precision",
+                    "message": "inside the tolerances, but less accurate than fp32 arithmetic "
+                               "allows (the strict-precision rule, which KernelBench's rules "
+                               "do not have, was measured and not enforced)"})
 
-def footprint_of(sets: list[InputSet], streamed: list[InputSet], state_bytes: int,
-                 ref_peak: int) -> memplan.Footprint:
-    """The task's footprint from set 0 (inputs and reference outputs computed; ref_peak, the
-    reference forward's own peak) and the sets that stay resident whatever the plan (derived and
-    extra shapes: their arena slots, estimated as twice their inputs since their outputs are not
-    computed yet; memplan doubles it where their copies and references stay on the device)."""
-    s0 = sets[0]
-    tensors = [r for r in s0.ref if isinstance(r, torch.Tensor)]
-    ids = {id(s) for s in streamed}
-    extra = sum(2 * sum(nbytes(x) for x in (s.orig or [])) for s in sets[1:]
-                if id(s) not in ids)
-    return memplan.Footprint(
-        input_bytes=sum(nbytes(x) for x in s0.orig or []),
-        output_bytes=sum(nbytes(r) for r in tensors), param_bytes=state_bytes,
-        ref_peak_bytes=ref_peak, float_output=any(r.is_floating_point() for r in tensors),
-        max_output_elems=max((r.numel() for r in tensors), default=0),
-        n_streamed=len(streamed), resident_extra_bytes=extra)
+    def judge_exit(self, verified: bool, plan: memplan.Plan) -> None:
+        """How the candidate process ended: returns when it finished as it should (verified,
+        exit 0), and kills what it left behind; raises its failure (EvalError), or
+        OutOfMemoryError when it ran out of memory inside its budget while this side took more
+        than its share (the evaluator's failure: retried with a smaller plan)."""
+        cand, result = self.cand, self.result
+        assert cand is not None
+        rc = cand.wait(min(10.0, max(1.0, cand.deadline - time.monotonic())))
+        result["candidate"]["exit_code"] = rc
+        if self.candidate_failure is not None:
+            kind, message, details = sanitize_failure(self.candidate_failure)
+            if kind == "oom":
+                note = candidate_oom_note(details, result.get("memory"))
+                if oom_within_budget(details, message, result.get("memory")) and \
+                        memplan.evaluator_overshot(self.device, plan):
+                    # The candidate's own numbers alone never decide it: the overshoot is
+                    # measured on this side.
+                    raise torch.cuda.OutOfMemoryError(
+                        "the candidate ran out of GPU memory inside its budget" + note + ": "
+                        + message)
+                message += note
+            details["output_tail"] = cand.output_tail()
+            raise EvalError(kind, message, details, stage=self.stage)
+        if rc is None:
+            raise EvalError("timeout", "the candidate stopped reporting but did not exit; "
+                                       "killed", stage=self.stage)
+        if rc != 0:
+            raise EvalError("crash", f"the candidate process {cp.exit_description(rc)} (in its "
+                                     f"stage {result['candidate']['last_stage']!r})",
+                            {"exit_code": rc, "output_tail": cand.output_tail()},
+                            stage=self.stage)
+        if not verified:
+            raise EvalError("protocol", "the candidate exited without finishing verification",
+                            {"output_tail": cand.output_tail()}, stage=self.stage)
+        cand.kill()  # anything it left behind in its process group
 
 
 def evaluate_once(opts: argparse.Namespace, log: Log,
@@ -804,25 +807,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         elapsed["candidate_verify"] = time.monotonic() - t_cand
         memplan.phase_mark(device, "verify")
 
-        if verified and device.type == "cuda":
-            why_none = check_launches(result["verification"].get("launches"), opts.rules)
-            if why_none is not None:
-                result["flags"].append({"kind": "launch_evidence_unavailable",
-                                        "message": why_none})
-        precs = [p for r in result["verification"]["sets"] for p in r.get("precision", [])
-                 if r.get("precision_enforced", True)]
-        if precs:
-            result["verification"]["precision_observed"] = \
-                "fp32" if all(p["ok"] for p in precs) else "reduced"
-        if ses.precision != "strict":
-            result["verification"]["precision_enforced"] = False
-            if opts.precision == "strict" and \
-                    result["verification"].get("precision_observed") == "reduced":
-                result["flags"].append({
-                    "kind": "reduced_precision",
-                    "message": "inside the tolerances, but less accurate than fp32 arithmetic "
-                               "allows (the strict-precision rule, which KernelBench's rules "
-                               "do not have, was measured and not enforced)"})
+        ses.verification_flags(verified)
 
         if verified:
             if opts.no_timing:
@@ -843,36 +828,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                 elapsed["candidate_timing"] = time.monotonic() - t_time
                 memplan.phase_mark(device, "timing")
 
-        # -- how the candidate process ended
-        rc = cand.wait(min(10.0, max(1.0, cand.deadline - time.monotonic())))
-        result["candidate"]["exit_code"] = rc
-        if ses.candidate_failure is not None:
-            kind, message, details = sanitize_failure(ses.candidate_failure)
-            if kind == "oom":
-                if oom_within_budget(details, message, result.get("memory")) and \
-                        memplan.evaluator_overshot(device, plan):
-                    # Inside its budget while the evaluator took more than its share: the
-                    # evaluator's failure, never the candidate's: retried with a smaller plan.
-                    # (The candidate's own numbers alone never decide it: the overshoot is
-                    # measured on this side.)
-                    raise torch.cuda.OutOfMemoryError(
-                        "the candidate ran out of GPU memory inside its budget"
-                        + candidate_oom_note(details, result.get("memory")) + ": " + message)
-                message += candidate_oom_note(details, result.get("memory"))
-            details["output_tail"] = cand.output_tail()
-            raise EvalError(kind, message, details, stage=ses.stage)
-        if rc is None:
-            raise EvalError("timeout", "the candidate stopped reporting but did not exit; "
-                                       "killed", stage=ses.stage)
-        if rc != 0:
-            raise EvalError("crash", f"the candidate process {cp.exit_description(rc)} (in its "
-                                     f"stage {result['candidate']['last_stage']!r})",
-                            {"exit_code": rc, "output_tail": cand.output_tail()},
-                            stage=ses.stage)
-        if not verified:
-            raise EvalError("protocol", "the candidate exited without finishing verification",
-                            {"output_tail": cand.output_tail()}, stage=ses.stage)
-        cand.kill()  # anything it left behind in its process group
+        ses.judge_exit(verified, plan)  # raises unless it ended as it should
 
         if opts.no_timing:
             result.update(ok=True, stage="done")
@@ -949,88 +905,6 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             result["memory"]["phases"] = memplan.phases()
         elapsed["total"] = time.monotonic() - t_start
         result["elapsed_s"] = elapsed
-
-
-def oom_request_bytes(message: str) -> int | None:
-    """The size PyTorch's out-of-memory message says it tried to allocate ("Tried to allocate
-    8.00 GiB"), or None."""
-    m = re.search(r"Tried to allocate ([0-9.]+) ([KMGT]i?B|B|bytes)", message or "")
-    if not m:
-        return None
-    unit = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
-            "TiB": 1 << 40, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-    return int(float(m.group(1)) * unit.get(m.group(2), 1))
-
-
-def oom_within_budget(details: dict[str, Any], message: str, memory: Any) -> bool:
-    """Whether a candidate's out-of-memory error happened while what it held plus what it asked
-    for stayed inside its budget (memplan.candidate_budget, which the candidate's allocator is
-    also held to): then the device ran short, not the candidate. Unknown usage or budget (the
-    CPU, a candidate that hid its numbers): False, the candidate's failure as before."""
-    used = details.get("max_memory_allocated")
-    budget = ((memory or {}).get("plan") or {}).get("candidate_budget_bytes") \
-        if isinstance(memory, dict) else None
-    asked = oom_request_bytes(message)
-    if not isinstance(used, int) or isinstance(used, bool) or not isinstance(budget, int) \
-            or asked is None:
-        return False
-    return used + asked <= budget
-
-
-def candidate_oom_note(details: dict[str, Any], memory: Any) -> str:
-    """What a candidate that ran out of memory had taken, beside its budget."""
-    used = details.get("max_memory_allocated")
-    budget = ((memory or {}).get("plan") or {}).get("candidate_budget_bytes") \
-        if isinstance(memory, dict) else None
-    used_s = f"it had allocated up to {memplan.gib(used)}" if isinstance(used, int) else \
-        "its own usage is unknown"
-    budget_s = f"its budget on this GPU is {memplan.gib(budget)} (the free memory less the " \
-        "evaluator's share)" if isinstance(budget, int) else "no budget is known"
-    return f" (the candidate ran out of GPU memory: {used_s}; {budget_s})"
-
-
-def timing_section(opts: argparse.Namespace, dev: dict[str, Any], s0: InputSet,
-                   state_bytes: int, cand_stats: dict[str, Any], base: dict[str, Any],
-                   cached: bool, launches: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The result's timing section and its flags (kernel floor, speed of light)."""
-    flags: list[dict[str, Any]] = []
-    cand_stats = kernel_floor(cand_stats, launches, flags)
-    cand_med = cand_stats.get("median_ms")
-    sol = speed_of_light(dev, s0, state_bytes, cand_med, base.get("flops"), opts.precision)
-
-    def speedup(b: Any) -> float | None:
-        if timing.finite_stats(b) and cand_med and cand_med > 0:
-            return b["median_ms"] / cand_med
-        return None
-
-    section = {
-        "mode": opts.timing,
-        "precision": opts.precision,
-        "eager": base["eager"],
-        "compile": base["compile"],
-        "candidate": cand_stats,
-        "baseline_cached": cached,
-        "speedup_vs_eager": speedup(base["eager"]),
-        "speedup_vs_compile": speedup(base["compile"]),
-        "sol": sol,
-    }
-    if "bytes" in sol["flagged_by"]:
-        flags.append({
-            "kind": "speed_of_light",
-            "message": f"the candidate's median {cand_med:.4g} ms is below half the "
-                       f"{sol['sol_ms']:.4g} ms that moving its inputs and outputs once "
-                       "takes at peak memory bandwidth: faster than memory bandwidth "
-                       "allows; not to be rewarded without review"})
-    if "flops" in sol["flagged_by"]:
-        flags.append({
-            "kind": "speed_of_light",
-            "message": f"the candidate's median {cand_med:.4g} ms is below half the "
-                       f"{sol['sol_flops_ms']:.4g} ms that the reference's "
-                       f"{sol['flops']:.4g} FLOPs take at the device's peak "
-                       f"{sol['peak_flops_kind']} tensor rate "
-                       f"({sol['peak_flops_per_s']:.4g} FLOP/s): faster than the hardware's "
-                       "arithmetic allows; not to be rewarded without review"})
-    return section, flags
 
 
 def usage_error(opts_out: str | None, message: str) -> int:

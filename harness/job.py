@@ -1,5 +1,6 @@
 """job.py: the candidate's job (trusted side): the model files it loads and the arena's layout
-(where each input set's inputs and outputs lie), and copying tensors in and out of it.
+(where each input set's inputs and outputs lie), copying tensors in and out of it, and the
+footprint a memory plan is chosen from (footprint_of).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 import torch
 
 import arena as ar
+import memplan
 from evalbase import EvalError, cpu_copy, nbytes, sync
 from inputs import InputSet
 
@@ -148,3 +150,22 @@ def check_streamed(s: InputSet, outputs: bool = True) -> str | None:
         if nbytes(r) != o["nbytes"]:
             return f"the reference's output {j} has another size than on set 0"
     return None
+
+
+def footprint_of(sets: list[InputSet], streamed: list[InputSet], state_bytes: int,
+                 ref_peak: int) -> memplan.Footprint:
+    """The task's footprint from set 0 (inputs and reference outputs computed; ref_peak, the
+    reference forward's own peak) and the sets that stay resident whatever the plan (derived and
+    extra shapes: their arena slots, estimated as twice their inputs since their outputs are not
+    computed yet; memplan doubles it where their copies and references stay on the device)."""
+    s0 = sets[0]
+    tensors = [r for r in s0.ref if isinstance(r, torch.Tensor)]
+    ids = {id(s) for s in streamed}
+    extra = sum(2 * sum(nbytes(x) for x in (s.orig or [])) for s in sets[1:]
+                if id(s) not in ids)
+    return memplan.Footprint(
+        input_bytes=sum(nbytes(x) for x in s0.orig or []),
+        output_bytes=sum(nbytes(r) for r in tensors), param_bytes=state_bytes,
+        ref_peak_bytes=ref_peak, float_output=any(r.is_floating_point() for r in tensors),
+        max_output_elems=max((r.numel() for r in tensors), default=0),
+        n_streamed=len(streamed), resident_extra_bytes=extra)

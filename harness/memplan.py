@@ -19,12 +19,14 @@ candidate's while it was inside its budget, retries with the next smaller plan; 
 smallest it is an infrastructure error, never the candidate's failure.
 
 The constants come from the H200 measurements of docs/BENCHMARKS.md (bench/kb_memory.py).
-Pure arithmetic on byte counts, except the device measurements at the end.
+Pure arithmetic on byte counts, except the device measurements; at the end, how a candidate's
+out-of-memory error reads against its budget (oom_within_budget, candidate_oom_note).
 """
 
 from __future__ import annotations
 
 import gc
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -336,3 +338,41 @@ def release(device: torch.device) -> dict[str, Any]:
     return {"allocated_bytes": int(torch.cuda.memory_allocated(device)),
             "reserved_bytes": int(torch.cuda.memory_reserved(device)),
             "free_bytes": int(free), "total_bytes": int(total)}
+
+
+def oom_request_bytes(message: str) -> int | None:
+    """The size PyTorch's out-of-memory message says it tried to allocate ("Tried to allocate
+    8.00 GiB"), or None."""
+    m = re.search(r"Tried to allocate ([0-9.]+) ([KMGT]i?B|B|bytes)", message or "")
+    if not m:
+        return None
+    unit = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
+            "TiB": 1 << 40, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+    return int(float(m.group(1)) * unit.get(m.group(2), 1))
+
+
+def oom_within_budget(details: dict[str, Any], message: str, memory: Any) -> bool:
+    """Whether a candidate's out-of-memory error happened while what it held plus what it asked
+    for stayed inside its budget (memplan.candidate_budget, which the candidate's allocator is
+    also held to): then the device ran short, not the candidate. Unknown usage or budget (the
+    CPU, a candidate that hid its numbers): False, the candidate's failure as before."""
+    used = details.get("max_memory_allocated")
+    budget = ((memory or {}).get("plan") or {}).get("candidate_budget_bytes") \
+        if isinstance(memory, dict) else None
+    asked = oom_request_bytes(message)
+    if not isinstance(used, int) or isinstance(used, bool) or not isinstance(budget, int) \
+            or asked is None:
+        return False
+    return used + asked <= budget
+
+
+def candidate_oom_note(details: dict[str, Any], memory: Any) -> str:
+    """What a candidate that ran out of memory had taken, beside its budget."""
+    used = details.get("max_memory_allocated")
+    budget = ((memory or {}).get("plan") or {}).get("candidate_budget_bytes") \
+        if isinstance(memory, dict) else None
+    used_s = f"it had allocated up to {gib(used)}" if isinstance(used, int) else \
+        "its own usage is unknown"
+    budget_s = f"its budget on this GPU is {gib(budget)} (the free memory less the " \
+        "evaluator's share)" if isinstance(budget, int) else "no budget is known"
+    return f" (the candidate ran out of GPU memory: {used_s}; {budget_s})"
