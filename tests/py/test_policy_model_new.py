@@ -2,8 +2,8 @@
 
 Every file under tests/eval/policy/model_new/ok/ and every reference solution's model_new.py must
 pass; every file under tests/eval/policy/model_new/bad/ must report exactly the "rule:line" pairs
-of its .expect file. The script is run the way the evaluator runs it (python3 -I -S -B - PATH,
-the script on stdin) and needs nothing but the standard library: no torch.
+of its .expect file. The policy is run the way the evaluator runs it (python3 -I -S -B - PATH, with
+the program policy_util.py builds on stdin) and needs nothing but the standard library: no torch.
 """
 
 import ast
@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
+import policy_util
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "harness" / "policy_model_new.py"
 FIXTURES = ROOT / "tests" / "eval" / "policy" / "model_new"
 OK = sorted((FIXTURES / "ok").glob("*.py")) + \
     sorted((ROOT / "examples" / "solutions").glob("*/model_new.py"))
@@ -29,7 +30,7 @@ RULES = {"syntax", "import", "builtin", "dunder", "fallback", "with", "decorator
 def run(path, rules=None):
     extra = ["--rules", rules] if rules else []
     proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-", *extra, str(path)],
-                          input=SCRIPT.read_bytes(), capture_output=True, timeout=60)
+                          input=policy_util.program(), capture_output=True, timeout=60)
     return proc
 
 
@@ -212,14 +213,16 @@ def test_deep_nesting_is_an_input_error_not_a_crash(tmp_path, expr, message):
 
 
 def test_script_needs_only_the_standard_library():
-    tree = ast.parse(SCRIPT.read_text())
     imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add(node.module)
-    assert imported <= {"ast", "json", "sys"}, imported
+    for path in [policy_util.LOADER, *sorted(policy_util.PACKAGE.glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module)
+    own = {m for m in imported if m == "policy" or m.startswith("policy.")}
+    assert own, imported
+    assert imported - own <= {"ast", "json", "sys", "importlib.util", "traceback"}, imported
 
 
 # ---- the kernelbench rules ----
@@ -274,3 +277,4 @@ def test_unknown_rule_set_is_a_usage_error(tmp_path):
     f.write_text("import torch\n")
     proc = run(f, "pytorch")
     assert proc.returncode == 2 and b"usage" in proc.stderr
+
