@@ -15,9 +15,9 @@ cleaned after a crash or shared between checks that run at once, and -I -S -B ke
 meaning (no path entry beyond the standard library's, no bytecode written). Each file is
 compiled once per run, as the single script was, so the check takes the same time.
 
-A source that does not compile or import is the evaluator's fault, not the candidate's: it is
-reported on stderr, naming the file and line, with exit status EXIT_BROKEN, which the evaluator
-turns into an error (only 0 and 2 carry a verdict).
+A source that does not compile or import is the evaluator's fault, not the candidate's: its
+traceback goes to stderr, ending with one line that names the file and line, and the exit status
+is EXIT_BROKEN, which the evaluator turns into an error (only 0 and 2 carry a verdict).
 """
 import importlib.util
 import sys
@@ -59,9 +59,11 @@ class EmbeddedModules:
 
 
 def broken(paths, exc):
-    """Report a policy source that failed to load, at the deepest line of ours it reached."""
+    """Report a policy source that does not load: its traceback, then one line naming the
+    deepest line of the policy's own files it reached (the line the evaluator quotes)."""
     import traceback
-    where = ""
+    traceback.print_exception(type(exc), exc, exc.__traceback__)
+    where = "while loading the policy"
     if isinstance(exc, SyntaxError) and exc.filename in paths:
         where = "%s line %s" % (exc.filename, exc.lineno)
     else:
@@ -69,8 +71,7 @@ def broken(paths, exc):
         if frames:
             where = "%s line %s" % (frames[-1].filename, frames[-1].lineno)
     what = traceback.format_exception_only(type(exc), exc)[-1].strip()
-    print("the embedded model_new.py policy is broken (%s): %s" % (where or "while loading",
-                                                                    what), file=sys.stderr)
+    print("%s: %s" % (where, what), file=sys.stderr)
     sys.exit(EXIT_BROKEN)
 
 
@@ -81,8 +82,8 @@ def run(files):
         path = path.decode()
         name = module_name(path)
         if name is None:
-            print("the embedded model_new.py policy holds %s, outside %s%s/" %
-                  (path, PREFIX, PACKAGE), file=sys.stderr)
+            print("%s: not a file of %s%s/, the policy's package" % (path, PREFIX, PACKAGE),
+                  file=sys.stderr)
             sys.exit(EXIT_BROKEN)
         sources[name] = (path, text)
     sys.meta_path.insert(0, EmbeddedModules(sources))

@@ -214,8 +214,8 @@ int policy__check_model_new_with(const struct embedded_file *files, size_t n, co
                       TIMEOUT_MS / 1000);
     } else if (!res.signaled && res.exit_code == EXIT_BROKEN) {
         rc = err_setf(err, CA_ECHILD,
-                      "%s: not checked, the evaluator's model_new.py policy is broken (a bug in "
-                      "cuda-agent, not in model_new.py): " SV_FMT,
+                      "%s: not checked: the evaluator's model_new.py policy does not load (a bug "
+                      "in cuda-agent, not in model_new.py): " SV_FMT,
                       path, SV_ARG(why));
     } else if (res.signaled || (res.exit_code != 0 && res.exit_code != EXIT_INPUT) ||
                res.out_truncated) {
