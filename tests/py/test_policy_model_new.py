@@ -278,3 +278,43 @@ def test_unknown_rule_set_is_a_usage_error(tmp_path):
     proc = run(f, "pytorch")
     assert proc.returncode == 2 and b"usage" in proc.stderr
 
+
+# ---- the policy is several files, run from memory ----
+
+def test_a_second_file_is_what_runs(tmp_path):
+    """The import rule (policy/structure.py) words its message with policy/vocab.py's hint: an
+    altered vocab.py in the program changes it, so the files run are the program's own."""
+    files = policy_util.sources()
+    key = b"harness/policy/vocab.py"
+    files[key] += b'\nALLOWED_HINT = "the hint of the second file"\n'
+    f = write(tmp_path, "import os\n")
+    proc = policy_util.run([f], files)
+    assert proc.returncode == 0, proc.stderr.decode()
+    messages = [v["message"] for v in json.loads(proc.stdout)["violations"]
+                if v["rule"] == "import"]
+    assert messages == ["`import os`: the hint of the second file"]
+
+
+@pytest.mark.parametrize("name,source,what", [
+    ("values.py", b"def broken(:\n", "SyntaxError"),
+    ("structure.py", b"raise RuntimeError('no structure today')\n", "no structure today"),
+])
+def test_a_broken_policy_file_is_not_a_verdict(tmp_path, name, source, what):
+    files = policy_util.sources()
+    files[b"harness/policy/" + name.encode()] = source
+    proc = policy_util.run([write(tmp_path, HEADER)], files)
+    assert proc.returncode == 3 and proc.stdout == b"", proc
+    err = proc.stderr.decode().strip().splitlines()[-1]
+    assert err.startswith("harness/policy/%s line 1: " % name), err
+    assert what in err
+
+
+def test_the_working_directory_holds_no_policy(tmp_path, monkeypatch):
+    """Files named like the policy's, in the directory python3 starts in, are never imported."""
+    fake = tmp_path / "policy"
+    fake.mkdir()
+    for name in ("__init__.py", "check.py", "vocab.py"):
+        (fake / name).write_text("raise SystemExit(0)\n")
+    monkeypatch.chdir(tmp_path)
+    code, data = verdict(write(tmp_path, "import os\n"))
+    assert code == 0 and "import:1" in pairs(data), data
