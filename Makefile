@@ -57,9 +57,11 @@ UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
 UNIT_MAIN := $(BUILD)/tests/unit/main.o
 
-# Files compiled into the binary: the workspace template and helper scripts.
+# Files compiled into the binary: the workspace template, helper scripts, and the model_new.py
+# policy (harness/policy/, run from memory by src/eval/policy_py.c).
 EMBED_FILES := $(sort $(shell find template -type f 2>/dev/null)) \
-	$(sort $(wildcard src/*/*.py)) $(sort $(wildcard harness/*.py))
+	$(sort $(wildcard src/*/*.py)) $(sort $(wildcard harness/*.py)) \
+	$(sort $(wildcard harness/policy/*.py))
 EMBED_TOOL := $(BUILD)/tools/embed
 
 .PHONY: all test unit clean format format-check print-libs

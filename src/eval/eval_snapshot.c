@@ -104,13 +104,20 @@ out:
     return 0;
 }
 
+/* The GPU side's harness: harness/NAME.py, one flat directory. The model_new.py policy under
+ * harness/policy/ is not part of it: the evaluator runs it from memory (policy_py.c). */
+static bool gpu_harness_file(const char *path)
+{
+    return strncmp(path, "harness/", 8) == 0 && !strchr(path + 8, '/');
+}
+
 int eval_harness_dir(const char *cache_dir, struct buf *path, struct ca_err *err)
 {
     struct hash_stream *hs = hash_stream_new();
     size_t n = 0;
     for (size_t i = 0; i < embedded_files_count; i++) {
         const struct embedded_file *f = &embedded_files[i];
-        if (strncmp(f->path, "harness/", 8) != 0)
+        if (!gpu_harness_file(f->path))
             continue;
         hash_stream_add_field(hs, f->path, strlen(f->path));
         hash_stream_add_field(hs, f->data, f->len);
@@ -134,7 +141,7 @@ int eval_harness_dir(const char *cache_dir, struct buf *path, struct ca_err *err
         rc = fs_mkdtemp_beside(path->data, &tmp, err);
     for (size_t i = 0; rc == 0 && i < embedded_files_count; i++) {
         const struct embedded_file *f = &embedded_files[i];
-        if (strncmp(f->path, "harness/", 8) != 0)
+        if (!gpu_harness_file(f->path))
             continue;
         buf_reset(&file);
         rc = fs_join(&file, tmp.data, f->path + 8);

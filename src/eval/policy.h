@@ -7,8 +7,8 @@
  *     tokenizer (comments and literals never count; line continuations, raw strings and digraphs
  *     are handled as the compiler handles them) against rules on identifiers, qualified names,
  *     member calls, #include and #define lines and kernel launches;
- *   - policy_check_model_new(): model_new.py, parsed as a syntax tree by the embedded script
- *     harness/policy_model_new.py (python3, standard library only) against an allow-list;
+ *   - policy_check_model_new(): model_new.py, parsed as a syntax tree by the embedded Python
+ *     package harness/policy/ (python3, standard library only) against an allow-list;
  *   - policy_check_so(): the undefined symbols of a built shared object (or of one relocatable
  *     object), read with libelf, against the same families of rules.
  * Every violation has a file, a line (0 when there is none, as for a symbol), a stable rule id
@@ -154,11 +154,12 @@ int policy_check_inline_cuda(const char *name, const char *code, size_t len,
                              struct policy_report *rep, struct ca_err *err) WARN_UNUSED_RESULT;
 
 /*
- * Check model_new.py at `path` with the embedded harness/policy_model_new.py, run as
- * `python3 -I -S -B - PATH` (20 s timeout, output capped). Violations are reported under the
- * file's base name. A syntax error is a "syntax" violation, not an error. CA_EUNAVAIL when
- * python3 is not in PATH; CA_ECHILD/CA_ETIMEOUT/CA_EPARSE when the script fails or answers
- * something other than its JSON.
+ * Check model_new.py at `path` with the embedded policy (harness/policy/, loaded from memory by
+ * harness/policy_model_new.py), run as `python3 -I -S -B - PATH` (20 s timeout, output capped).
+ * Violations are reported under the file's base name. A syntax error is a "syntax" violation,
+ * not an error. CA_EUNAVAIL when python3 is not in PATH; CA_ECHILD/CA_ETIMEOUT/CA_EPARSE when
+ * the policy fails (CA_ECHILD, naming the source, when one of its files does not load) or
+ * answers something other than its JSON.
  */
 int policy_check_model_new(const char *path, struct policy_report *rep,
                            struct ca_err *err) WARN_UNUSED_RESULT;

@@ -53,6 +53,16 @@ int policy__starts(const char *name, size_t len, const char *prefix);
 /* The last path component of path (borrowed). */
 const char *policy__basename(const char *path);
 
+struct embedded_file;
+
+/*
+ * policy_check_model_new() with the policy's sources taken from those of files[0..n) under
+ * harness/policy/ instead of the binary's own (the loader stays the embedded one): how the tests
+ * run an altered or broken policy down the evaluator's own path.
+ */
+int policy__check_model_new_with(const struct embedded_file *files, size_t n, const char *path,
+                                 struct policy_report *rep, struct ca_err *err) WARN_UNUSED_RESULT;
+
 /* ---- the source policy's tokens (policy_lex.c) ---- */
 
 enum policy__tok_kind {

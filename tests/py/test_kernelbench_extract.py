@@ -15,9 +15,10 @@ import textwrap
 
 import pytest
 
+import policy_util
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "harness" / "kernelbench_extract.py"
-POLICY = ROOT / "harness" / "policy_model_new.py"
 EXAMPLES = sorted((ROOT / "examples" / "kernelbench").glob("*.py"))
 
 HEAD = """\
@@ -65,7 +66,7 @@ def error(tmp_path, text):
 
 def policy(path):
     proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-", str(path)],
-                          input=POLICY.read_bytes(), capture_output=True, timeout=60)
+                          input=policy_util.program(), capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
     return json.loads(proc.stdout)["violations"]
 

@@ -2,8 +2,8 @@
 
 Every file under tests/eval/policy/model_new/ok/ and every reference solution's model_new.py must
 pass; every file under tests/eval/policy/model_new/bad/ must report exactly the "rule:line" pairs
-of its .expect file. The script is run the way the evaluator runs it (python3 -I -S -B - PATH,
-the script on stdin) and needs nothing but the standard library: no torch.
+of its .expect file. The policy is run the way the evaluator runs it (python3 -I -S -B - PATH, with
+the program policy_util.py builds on stdin) and needs nothing but the standard library: no torch.
 """
 
 import ast
@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
+import policy_util
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "harness" / "policy_model_new.py"
 FIXTURES = ROOT / "tests" / "eval" / "policy" / "model_new"
 OK = sorted((FIXTURES / "ok").glob("*.py")) + \
     sorted((ROOT / "examples" / "solutions").glob("*/model_new.py"))
@@ -29,7 +30,7 @@ RULES = {"syntax", "import", "builtin", "dunder", "fallback", "with", "decorator
 def run(path, rules=None):
     extra = ["--rules", rules] if rules else []
     proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-", *extra, str(path)],
-                          input=SCRIPT.read_bytes(), capture_output=True, timeout=60)
+                          input=policy_util.program(), capture_output=True, timeout=60)
     return proc
 
 
@@ -212,14 +213,16 @@ def test_deep_nesting_is_an_input_error_not_a_crash(tmp_path, expr, message):
 
 
 def test_script_needs_only_the_standard_library():
-    tree = ast.parse(SCRIPT.read_text())
     imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add(node.module)
-    assert imported <= {"ast", "json", "sys"}, imported
+    for path in [policy_util.LOADER, *sorted(policy_util.PACKAGE.glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module)
+    own = {m for m in imported if m == "policy" or m.startswith("policy.")}
+    assert own, imported
+    assert imported - own <= {"ast", "json", "sys", "importlib.util", "traceback"}, imported
 
 
 # ---- the kernelbench rules ----
@@ -274,3 +277,44 @@ def test_unknown_rule_set_is_a_usage_error(tmp_path):
     f.write_text("import torch\n")
     proc = run(f, "pytorch")
     assert proc.returncode == 2 and b"usage" in proc.stderr
+
+
+# ---- the policy is several files, run from memory ----
+
+def test_a_second_file_is_what_runs(tmp_path):
+    """The import rule (policy/structure.py) words its message with policy/vocab.py's hint: an
+    altered vocab.py in the program changes it, so the files run are the program's own."""
+    files = policy_util.sources()
+    key = b"harness/policy/vocab.py"
+    files[key] += b'\nALLOWED_HINT = "the hint of the second file"\n'
+    f = write(tmp_path, "import os\n")
+    proc = policy_util.run([f], files)
+    assert proc.returncode == 0, proc.stderr.decode()
+    messages = [v["message"] for v in json.loads(proc.stdout)["violations"]
+                if v["rule"] == "import"]
+    assert messages == ["`import os`: the hint of the second file"]
+
+
+@pytest.mark.parametrize("name,source,what", [
+    ("values.py", b"def broken(:\n", "SyntaxError"),
+    ("structure.py", b"raise RuntimeError('no structure today')\n", "no structure today"),
+])
+def test_a_broken_policy_file_is_not_a_verdict(tmp_path, name, source, what):
+    files = policy_util.sources()
+    files[b"harness/policy/" + name.encode()] = source
+    proc = policy_util.run([write(tmp_path, HEADER)], files)
+    assert proc.returncode == 3 and proc.stdout == b"", proc
+    err = proc.stderr.decode().strip().splitlines()[-1]
+    assert err.startswith("harness/policy/%s line 1: " % name), err
+    assert what in err
+
+
+def test_the_working_directory_holds_no_policy(tmp_path, monkeypatch):
+    """Files named like the policy's, in the directory python3 starts in, are never imported."""
+    fake = tmp_path / "policy"
+    fake.mkdir()
+    for name in ("__init__.py", "check.py", "vocab.py"):
+        (fake / name).write_text("raise SystemExit(0)\n")
+    monkeypatch.chdir(tmp_path)
+    code, data = verdict(write(tmp_path, "import os\n"))
+    assert code == 0 and "import:1" in pairs(data), data

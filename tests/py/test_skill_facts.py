@@ -18,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "harness"))
 import evaluate as ev  # noqa: E402
 import candidate  # noqa: E402
+import policy_util  # noqa: E402
 
 SKILL = (ROOT / "template" / "SKILL.md").read_text()
 
@@ -74,9 +75,8 @@ def test_device_info_reports_sms_and_peaks_fields():
 def policy(code: str, tmp_path) -> list[dict]:
     p = tmp_path / "model_new.py"
     p.write_text(code)
-    script = ROOT / "harness" / "policy_model_new.py"
     proc = subprocess.run([sys.executable, "-I", "-S", "-B", "-", str(p)],
-                          input=script.read_bytes(), capture_output=True, timeout=60)
+                          input=policy_util.program(), capture_output=True, timeout=60)
     return json.loads(proc.stdout)["violations"]
 
 
