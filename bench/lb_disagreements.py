@@ -22,31 +22,11 @@ import re
 import sqlite3
 import sys
 
-
-def ranks(values: list[float]) -> list[float]:
-    """Average ranks (ties share the mean of their positions)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    out = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2
-        i = j + 1
-    return out
+from leaderboard import spearman  # bench/leaderboard.py: the same rank correlation
 
 
-def spearman(xs: list[float], ys: list[float]) -> float | None:
-    if len(xs) < 3:
-        return None
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sx = sum((a - mx) ** 2 for a in rx) ** 0.5
-    sy = sum((b - my) ** 2 for b in ry) ** 0.5
-    return round(cov / (sx * sy), 3) if sx and sy else None
+def rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
 
 
 def set_kind(harness: dict, index) -> str:
@@ -115,11 +95,11 @@ def main() -> int:
     allpairs = [x for v in pairs.values() for x in v]
     summary = {
         "solutions": n, "correct": ok, "agreement": round(ok / n, 4),
-        "spearman": spearman([a for a, _ in allpairs], [b for _, b in allpairs]),
+        "spearman": rounded(spearman([a for a, _ in allpairs], [b for _, b in allpairs])),
         "n_ranked": len(allpairs),
         "levels": {lv: {"solutions": total[lv], "correct": correct[lv],
-                        "spearman": spearman([a for a, _ in pairs[lv]],
-                                             [b for _, b in pairs[lv]])}
+                        "spearman": rounded(spearman([a for a, _ in pairs[lv]],
+                                                     [b for _, b in pairs[lv]]))}
                    for lv in sorted(total)},
         "disagreements": {k: v for k, v in sorted(classes.items(), key=lambda kv: -len(kv[1]))},
     }
