@@ -476,6 +476,10 @@ consumers() { R XINFO CONSUMERS ca:jobs ca-workers | awk 'prev == "name" {print}
 assert "the doomed worker's consumer is there" [ "$(consumers | grep -c "^dx/$WDX\.0$")" = 1 ]
 kill -9 "$WDX"
 wait "$WDX" 2>/dev/null
+# Heartbeats in ca:workers: one an hour old and one that is not a heartbeat (pruned), beside
+# those of every earlier worker of this script (pruned too, silent for longer than --forget-ms).
+NOW=$(date +%s)
+R HSET ca:workers gone1 "{\"pid\": 1, \"seen\": $((NOW - 3600))}" gone2 'not a heartbeat' >/dev/null
 worker live "$PWD/live.log" --fake-eval 10 --jobs 2 --forget-ms 1500 --reclaim-ms 600000
 WLV=$WPID
 # An idle consumer of the live worker's own process (kept: its heartbeat is fresh) and one of
@@ -489,6 +493,11 @@ assert "kept: the ghost that owns an entry, returned, the live worker's idle con
     [ "$(grep -c '^ghost/1.0$' "$PWD/cons.txt"):$(grep -c '^returned$' "$PWD/cons.txt"):$(grep -c "^live/$WLV\.7\$" "$PWD/cons.txt")" = "1:1:1" ]
 assert "the ghost's entry is still pending" [ "$(R XPENDING ca:jobs ca-workers | head -1)" = 1 ]
 assert "the sweep was logged" grep -q "forgot consumer dx/" "$PWD/live.log"
+assert "ca:workers: an old heartbeat and one that is not one are pruned" \
+    wait_for 15 bash -c "[ -z \"\$(redis-cli -p $PORT HGET ca:workers gone1)\$(redis-cli -p $PORT HGET ca:workers gone2)\" ]"
+assert "... and logged" grep -q "forgot worker gone1's heartbeat (silent past --forget-ms)" "$PWD/live.log"
+assert "... then every earlier worker's (16 a pass); the live worker's own is kept" \
+    wait_for 15 bash -c "[ \"\$(redis-cli -p $PORT HKEYS ca:workers)\" = live ]"
 E=$(R XPENDING ca:jobs ca-workers - + 1 | head -1)
 R XACK ca:jobs ca-workers "$E" >/dev/null
 R XDEL ca:jobs "$E" >/dev/null
