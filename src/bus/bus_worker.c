@@ -623,9 +623,8 @@ static void forget_dead(struct bus_conn *c, struct worker *w)
     for (size_t k = 0; r->type == REDIS_REPLY_ARRAY && k < r->elements && k < 2; k++) {
         const redisReply *names = r->element[k];
         for (size_t i = 0; names->type == REDIS_REPLY_ARRAY && i < names->elements; i++) {
-            const char *n = names->element[i]->type == REDIS_REPLY_STRING
-                                ? names->element[i]->str
-                                : "?";
+            const char *n =
+                names->element[i]->type == REDIS_REPLY_STRING ? names->element[i]->str : "?";
             if (k == 0)
                 LOG_INFO("worker %s: forgot consumer %s (its worker is gone, it owned no job)",
                          w->name, n);
