@@ -90,9 +90,9 @@ int cmd_serve(int argc, char **argv)
             "(compile / verify / profile) and finish (-> reward, best of trajectory). Results\n"
             "carry structuredContent with the raw numbers. Episodes outlive their client until\n"
             "their idle TTL; a restarted server re-attaches to running ones.\n\n"
-            "Evaluations go to the evaluator service at $CUDA_AGENT_EVALUATOR when set, else\n"
-            "with --redis (or $CUDA_AGENT_REDIS) to the workers of the job bus, else run in\n"
-            "the episode on --device (cuda by default).\n\n"
+            "Evaluations go to the workers of the job bus with --redis; else to the evaluator\n"
+            "service at $CUDA_AGENT_EVALUATOR when set, else to the bus at $CUDA_AGENT_REDIS\n"
+            "when set; else they run in the episode on --device (cuda by default).\n\n"
             "Exit status: 0 stopped (end of input, SIGINT or SIGTERM); 1 could not start;\n"
             "2 usage (also: a non-loopback --http without a token); 69 Redis unreachable.",
         .opts = opts,

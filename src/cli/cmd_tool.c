@@ -56,10 +56,11 @@ int cmd_tool(int argc, char **argv)
             "The first call for an episode starts a supervisor holding the episode's sandbox\n"
             "and persistent shell; later calls reuse them (the shell keeps its working\n"
             "directory and variables). End it with: cuda-agent tool --episode ID --close\n\n"
-            "The workspace's ./compile, ./verify and ./profile go to the evaluator service at\n"
-            "$CUDA_AGENT_EVALUATOR when set, else with --redis (or $CUDA_AGENT_REDIS) to the\n"
-            "workers of the job bus, else run in the supervisor on $CUDA_AGENT_EVAL_DEVICE\n"
-            "(default cuda). The call that starts the episode decides, for its whole life.\n\n"
+            "The workspace's ./compile, ./verify and ./profile go to the workers of the job bus\n"
+            "with --redis; else to the evaluator service at $CUDA_AGENT_EVALUATOR when set,\n"
+            "else to the bus at $CUDA_AGENT_REDIS when set; else they run in the supervisor on\n"
+            "$CUDA_AGENT_EVAL_DEVICE (default cuda). The call that starts the episode decides,\n"
+            "for its whole life.\n\n"
             "Exit status: 0 the tool ran; 1 the tool reported an error (see \"text\");\n"
             "2 usage; 4 no such episode; 69 no sandbox is possible on this host.",
         .opts = opts,
