@@ -665,6 +665,12 @@ assert "... and the agent's Bash ./verify (the same files: the same job) exited 
 # bench run --model --redis: the agent children evaluate through the bus, no evaluator started
 if [ ${#SANDBOX[@]} = 0 ]; then
     model bus_agent
+    run "$CA" bench run --db "$PWD/bdead.sqlite" --model test-model --base-url "$LLM" \
+        --redis "redis://127.0.0.1:$DEAD" --max-turns 5 --no-html --json "$FIX/task.py"
+    expect "bench run --model, Redis unreachable: the episode is not run, exit 75" 75 "" \
+        "could not be evaluated"
+    assert "... saying why" grep -q "cannot reach Redis at redis://127.0.0.1:$DEAD/0" "$OUT"
+    assert "... before its model was asked anything" [ "$(reqs 2>/dev/null || echo 0)" = 0 ]
     run "$CA" bench run --db "$PWD/bagent.sqlite" --model test-model --base-url "$LLM" --redis "$URL" \
         --max-turns 5 --no-html --json "$FIX/task.py"
     expect "bench run --model --redis: the episode ran and was scored" 0 '"finished_now":1,'
