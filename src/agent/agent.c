@@ -713,7 +713,9 @@ static json_t *score(struct run *r, const char *ws, const char *what, const char
     json_t *report = NULL;
     struct ca_err err = {0};
     const char *svc = r->o->evaluator;
-    int rc = svc && *svc ? evald_eval(svc, &eo, &report, &err) : eval_run(&eo, &report, &err);
+    int rc = r->o->eval    ? r->o->eval(r->o->eval_ctx, &eo, &report, &err)
+             : svc && *svc ? evald_eval(svc, &eo, &report, &err)
+                           : eval_run(&eo, &report, &err);
     if (rc)
         return json_pack("{s:s, s:s}", "error", err.msg, "code", ca_strerror(rc));
     char *path = xstrfmt("%s/%s", r->out_dir, report_file);
@@ -832,6 +834,8 @@ static int start_episode(struct run *r, struct ca_err *err)
         .sandbox_flags = r->o->sandbox_flags,
         .evaluator = r->o->evaluator,
         .eval_device = r->device,
+        .eval = r->o->eval,
+        .eval_ctx = r->o->eval_ctx,
     };
     int rc = episode_open(&eo, &r->ep, err);
     struct buf dir;

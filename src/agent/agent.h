@@ -35,6 +35,7 @@
 #include "core/buf.h"
 #include "core/err.h"
 #include "core/sv.h"
+#include "episode/episode.h"
 #include "llm/llm.h"
 
 #define AGENT_MAX_TURNS_DEFAULT 200
@@ -81,6 +82,10 @@ struct agent_opts {
     bool eval_no_sandbox;    /* evaluator compilers without the sandbox */
     unsigned sandbox_flags;  /* SANDBOX_INSECURE for --insecure-no-sandbox */
     const char *state_dir;   /* episode state; NULL: episode_state_dir() */
+    /* When set, the final scoring and the episode's evaluations go through eval(eval_ctx, ...)
+     * instead (the job bus), on agent_run's thread and on the episode's evaluator thread. */
+    episode_eval_fn *eval;
+    void *eval_ctx;
     volatile sig_atomic_t *cancel;
     void (*on_event)(void *data, const struct agent_event *ev);
     void *event_data;

@@ -217,9 +217,12 @@ struct bench_run_opts {
     const char *evaluator; /* a running service's socket; NULL: start one (unless eval) */
     /* When set, every solution, workspace and replay attempt is evaluated by eval(eval_ctx,
      * ...) and no evaluator service is started. Agent episodes (`cuda-agent run` children)
-     * evaluate through a service only: a plan with agent attempts must not set it. */
+     * then get no --evaluator: they evaluate as their environment and agent_args say (the
+     * caller's to set, e.g. the job bus's URL and waits). */
     bench_eval_fn *eval;
     void *eval_ctx;
+    /* NULL-terminated; appended to the `cuda-agent run` children's arguments */
+    const char *const *agent_args;
     const char *device; /* "cuda" (default) or "cpu" */
     const char *rules;  /* passed through */
     bool no_compile_baseline;

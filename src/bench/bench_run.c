@@ -111,8 +111,12 @@ static int run_agent(struct runner *r, const struct bench_attempt *a, struct res
         argv[n++] = "--base-url";
         argv[n++] = o->base_url;
     }
-    argv[n++] = "--evaluator";
-    argv[n++] = r->socket;
+    if (!o->eval) {
+        argv[n++] = "--evaluator";
+        argv[n++] = r->socket;
+    }
+    for (size_t i = 0; o->agent_args && o->agent_args[i] && n + 1 < ARRAY_SIZE(argv); i++)
+        argv[n++] = o->agent_args[i];
     argv[n] = NULL;
     struct proc_opts po = {.argv = argv, .out_max = AGENT_OUT_MAX, .err_max = 64 * CA_KIB};
     struct proc_result pr;
@@ -462,10 +466,6 @@ int bench_run(const struct bench_run_opts *o, struct bench_store *s, const struc
     struct evaluator ev = {.child = {.pid = -1, .in_fd = -1, .out_fd = -1}};
     int rc = 0;
     r->socket = o->evaluator;
-    if (o->eval)
-        for (size_t i = 0; i < r->ntodo; i++)
-            if (p->attempts[r->todo[i]].kind == BENCH_KIND_AGENT)
-                BUG("agent attempts evaluate through a service, not an evaluation callback");
     if (need_evaluator && !o->evaluator && !o->eval) {
         if (o->tty)
             fprintf(stderr, "[bench] starting the evaluator service (log in %s/evaluator.log)",

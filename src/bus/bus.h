@@ -109,7 +109,9 @@ int bus_job_set_kernelbench(struct bus_job *job, const void *data, size_t n,
  * seeds, atol, rtol, timeout_ms, budget_ms, compile_baseline); opts is taken. */
 int bus_job_set_opts(struct bus_job *job, json_t *opts, struct ca_err *err) WARN_UNUSED_RESULT;
 /* The job of a local evaluation: the workspace's snapshot (the evaluator's own rules) or the
- * KernelBench file, the task as the evaluator would take it, and the request options. */
+ * KernelBench file, the task as the evaluator would take it, and the request options. A
+ * workspace's o->keep_dir receives the snapshot's files and the task here, on the client (a
+ * worker cannot write the caller's folders); with a KernelBench file it is refused. */
 int bus_job_from_eval(const struct eval_opts *o, struct bus_job **out,
                       struct ca_err *err) WARN_UNUSED_RESULT;
 /* The canonical job document; its SHA-256 (the job's id) into id. */

@@ -250,6 +250,15 @@ static int add_snapshot(struct bus_job *j, const char *dir, const json_t *files,
     return rc;
 }
 
+static int keep_snapshot(const char *snap, const json_t *files, const struct buf *task,
+                         const char *keep, struct ca_err *err)
+{
+    char *model = xstrfmt("%s/model.py", snap);
+    int rc = fs_write_atomic(model, task->data, task->len, 0600, err);
+    free(model);
+    return rc ? rc : eval_keep_files(snap, files, keep, err);
+}
+
 int bus_job_from_eval(const struct eval_opts *o, struct bus_job **out, struct ca_err *err)
 {
     struct bus_job *j = bus_job_new();
@@ -259,6 +268,8 @@ int bus_job_from_eval(const struct eval_opts *o, struct bus_job **out, struct ca
     buf_init(&tmp, CA_LIMIT_PATH);
     json_t *task = NULL, *files = NULL;
     int rc = eval_task_code(o, &code, &task, err);
+    if (rc == 0 && o->kernelbench_file && o->keep_dir) /* a programmer's error: no caller does */
+        rc = err_setf(err, CA_EUSAGE, "keep_dir is kept for workspaces only over the bus");
     if (rc == 0)
         rc = bus_job_set_task(j, code.data, code.len, err);
     if (rc == 0 && o->kernelbench_file) {
@@ -278,6 +289,10 @@ int bus_job_from_eval(const struct eval_opts *o, struct bus_job **out, struct ca
             rc = eval_snapshot(o->workspace, tmp.data, &files, err);
         if (rc == 0)
             rc = add_snapshot(j, tmp.data, files, err);
+        /* keep_dir is the caller's local folder, which no worker can write: the files kept are
+         * the job's own, from this snapshot, with the task beside them as eval_run keeps it. */
+        if (rc == 0 && o->keep_dir)
+            rc = keep_snapshot(tmp.data, files, &code, o->keep_dir, err);
     }
     if (rc == 0) {
         json_t *req = evald_request_for(o);

@@ -97,6 +97,11 @@ static const char RECORD_LUA[] =
  * those that own no pending entry, have not touched the group for ARGV[3] ms, and whose worker's
  * heartbeat (KEYS[2], NAME -> {"pid", "seen" in wall-clock seconds}) is of another process or
  * older than ARGV[3] ms at ARGV[2] (wall-clock ms). Other consumers (`returned`) are left alone.
+ * Then delete (at most ARGV[4]) the heartbeats themselves that are that old, or not one (no
+ * number "seen"; a heartbeat is whole seconds, published each second, so 2 s of slack keep a
+ * live worker's own): a worker name seen once would otherwise stay in KEYS[2] for ever. The
+ * consumers are looked at first, while the heartbeats they are judged by are still there.
+ * Returns {consumers deleted, heartbeats deleted}.
  */
 static const char FORGET_LUA[] =
     "local gone = {}\n"
@@ -120,7 +125,18 @@ static const char FORGET_LUA[] =
     "    end\n"
     "  end\n"
     "end\n"
-    "return gone\n";
+    "local stale = {}\n"
+    "local hs = redis.call('HGETALL', KEYS[2])\n"
+    "for i = 1, #hs, 2 do\n"
+    "  if #stale >= max then break end\n"
+    "  local ok, j = pcall(cjson.decode, hs[i + 1])\n"
+    "  if not (ok and type(j) == 'table' and type(j['seen']) == 'number' and\n"
+    "          now - (j['seen'] + 2) * 1000 < after) then\n"
+    "    redis.call('HDEL', KEYS[2], hs[i])\n"
+    "    stale[#stale + 1] = hs[i]\n"
+    "  end\n"
+    "end\n"
+    "return {gone, stale}\n";
 
 /* A strike against a worker; quarantine at ARGV[2]. */
 static const char STRIKE_LUA[] = "local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)\n"
@@ -604,10 +620,19 @@ static void forget_dead(struct bus_conn *c, struct worker *w)
         LOG_DEBUG("worker %s: forgetting dead consumers: %s", w->name, err.msg);
         return;
     }
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
-        if (r->element[i]->type == REDIS_REPLY_STRING)
-            LOG_INFO("worker %s: forgot consumer %s (its worker is gone, it owned no job)", w->name,
-                     r->element[i]->str);
+    for (size_t k = 0; r->type == REDIS_REPLY_ARRAY && k < r->elements && k < 2; k++) {
+        const redisReply *names = r->element[k];
+        for (size_t i = 0; names->type == REDIS_REPLY_ARRAY && i < names->elements; i++) {
+            const char *n =
+                names->element[i]->type == REDIS_REPLY_STRING ? names->element[i]->str : "?";
+            if (k == 0)
+                LOG_INFO("worker %s: forgot consumer %s (its worker is gone, it owned no job)",
+                         w->name, n);
+            else
+                LOG_INFO("worker %s: forgot worker %s's heartbeat (silent past --forget-ms)",
+                         w->name, n);
+        }
+    }
     freeReplyObject(r);
 }
 

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bus/bus.h"
 #include "core/err.h"
 #include "eval/evald.h"
 #include "eval/gpupool.h"
@@ -169,6 +170,65 @@ struct cli_host {
  * no_runners (a worker on its test double) no GPU is looked for. 0, or CLI_USAGE (printed). */
 int cli_host_setup(const char *cmd, struct cli_host *h, bool no_runners);
 void cli_host_release(struct cli_host *h);
+
+/*
+ * The job bus's client side for every command that takes --redis (eval, bench run, run, tool,
+ * serve): CLI_BUS_OPTS(b) in the option table (--redis, --queue-wait, --wait), b a struct cli_bus
+ * initialised with CLI_BUS_INIT; cli_bus_setup after parsing; cli_bus_eval as the evaluation
+ * callback (bench_eval_fn, episode_eval_fn) with b as its context. cli_bus_eval opens a
+ * connection per call, so any thread (and a forked supervisor) may call it at once.
+ */
+struct cli_bus {
+    const char *url; /* --redis, else $CUDA_AGENT_REDIS (set up); NULL: not on the bus */
+    int64_t queue_wait_s, wait_s;
+    struct bus_client_opts bo; /* set up */
+    /* Set up: the waits as options for a cuda-agent child that reaches the bus itself (the
+     * URL goes in its environment, $CUDA_AGENT_REDIS: argv is visible to every local user and
+     * the URL may hold a password); NULL-terminated, pointing into this struct. */
+    const char *child_args[5];
+    char child_wait[2][24];
+};
+#define CLI_BUS_INIT                                                                               \
+    {                                                                                              \
+        .queue_wait_s = 60                                                                         \
+    }
+#define CLI_BUS_OPTS(b)                                                                            \
+    {"redis",                                                                                      \
+     0,                                                                                            \
+     CLI_OPT_STRING,                                                                               \
+     &(b)->url,                                                                                    \
+     "URL",                                                                                        \
+     "evaluate on the workers of this Redis job bus (default $CUDA_AGENT_REDIS when no "           \
+     "evaluator is named; see `cuda-agent worker`)"},                                              \
+        {"queue-wait",                                                                             \
+         0,                                                                                        \
+         CLI_OPT_INT,                                                                              \
+         &(b)->queue_wait_s,                                                                       \
+         "SEC",                                                                                    \
+         "with --redis: while every worker is busy, wait this long to queue an evaluation "        \
+         "(default 60; 0: \"busy\" at once)",                                                      \
+         0,                                                                                        \
+         86400},                                                                                   \
+    {                                                                                              \
+        "wait", 0, CLI_OPT_INT, &(b)->wait_s, "SEC",                                               \
+            "with --redis: wait this long for each result (default: twice the timeout + 30 min)",  \
+            1, 86400                                                                               \
+    }
+/*
+ * Resolve the evaluator and the bus: the options win; with neither, *evaluator comes from
+ * $CUDA_AGENT_EVALUATOR, else the URL from $CUDA_AGENT_REDIS (empty values are unset). A
+ * --redis beside an evaluator named by the option evaluator_opt (NULL: the command has none,
+ * *evaluator can only come from the environment) is a usage error, and so is a URL that does
+ * not parse. 0, or CLI_USAGE (printed).
+ */
+int cli_bus_setup(const char *cmd, struct cli_bus *b, const char **evaluator,
+                  const char *evaluator_opt);
+/* Whether Redis answers at b->url (one connection): 0, or the exit code with the error printed
+ * (69: unreachable, or the credentials refused). For commands that would otherwise find out
+ * only at their first evaluation, much later. */
+int cli_bus_check(const struct cli_bus *b);
+/* The evaluation o on the bus (bus_eval) with ctx a set-up struct cli_bus. */
+int cli_bus_eval(void *ctx, const struct eval_opts *o, json_t **report, struct ca_err *err);
 
 int cmd_workspace(int argc, char **argv);
 int cmd_candidate_sandbox(int argc, char **argv);

@@ -97,19 +97,6 @@ static void record_environment(struct bench_store *s, bool gpu)
     proc_result_release(&r);
 }
 
-/* bench_eval_fn on the job bus: one connection per evaluation (the runner's threads call it at
- * once, and a bus connection belongs to one thread). */
-struct bus_eval_ctx {
-    const char *url;
-    struct bus_client_opts bo;
-};
-
-static int eval_on_bus(void *ctx, const struct eval_opts *o, json_t **report, struct ca_err *err)
-{
-    const struct bus_eval_ctx *b = ctx;
-    return bus_eval(b->url, o, &b->bo, report, err);
-}
-
 static int write_reports(struct bench_store *s, const char *html, const char *md,
                          struct ca_err *err)
 {
@@ -165,8 +152,8 @@ static int bench_run_cmd(int argc, char **argv)
     struct bench_run_opts ro = {0};
     const char *db = NULL;
     int64_t sample = 0, seed = 0, jobs = 4, runners = 1, budget_ms = 0, timeout_s = 0,
-            max_turns = 0, queue_wait_s = 60, wait_s = 0;
-    const char *redis = NULL;
+            max_turns = 0;
+    struct cli_bus bus = CLI_BUS_INIT;
     bool as_json = false, no_html = false, retry_infra = false;
     const struct cli_opt opts[] = {
         {"db", 0, CLI_OPT_STRING, &db, "RUN.sqlite",
@@ -199,16 +186,7 @@ static int bench_run_cmd(int argc, char **argv)
          3600},
         {"evaluator", 0, CLI_OPT_STRING, &ro.evaluator, "SOCKET",
          "use this evaluator service (default $CUDA_AGENT_EVALUATOR; else one is started)"},
-        {"redis", 0, CLI_OPT_STRING, &redis, "URL",
-         "evaluate on the workers of this Redis job bus instead (default $CUDA_AGENT_REDIS "
-         "when no evaluator is named; see `cuda-agent worker`)"},
-        {"queue-wait", 0, CLI_OPT_INT, &queue_wait_s, "SEC",
-         "with --redis: while every worker is busy, an attempt waits this long to be queued "
-         "(default 60; then it is not evaluated and runs again on resume)",
-         0, 86400},
-        {"wait", 0, CLI_OPT_INT, &wait_s, "SEC",
-         "with --redis: wait this long for each result (default: twice the timeout + 30 min)", 1,
-         86400},
+        CLI_BUS_OPTS(&bus),
         {"device", 0, CLI_OPT_STRING, &ro.device, "cuda|cpu",
          "the started evaluator's device (default cuda)"},
         {"runners", 0, CLI_OPT_INT, &runners, "N", "with --device cpu: the started runners", 1, 64},
@@ -237,7 +215,9 @@ static int bench_run_cmd(int argc, char **argv)
             "evaluator and agent files go to RUN.files/.\n\n"
             "With --redis URL (or CUDA_AGENT_REDIS) the attempts are queued on the job bus and\n"
             "evaluated by its workers (`cuda-agent worker`), with the workers' device and\n"
-            "settings; no evaluator is started here (not yet with --model).\n\n"
+            "settings; no evaluator is started here. With --model the agents' ./compile,\n"
+            "./verify, ./profile and final scoring go to the bus too (`cuda-agent run "
+            "--redis`).\n\n"
             "Ctrl-C: no new attempts start; the running ones finish and are kept. Twice: they\n"
             "are abandoned (and run again on resume).\n\n"
             "Exit status: 0 every attempt finished; 1 the run failed; 2 usage; 3 a bad map or\n"
@@ -274,31 +254,23 @@ static int bench_run_cmd(int argc, char **argv)
                                "and --no-compile-baseline are for solutions");
     if (ro.device && strcmp(ro.device, "cuda") && strcmp(ro.device, "cpu"))
         return cli_usage_error("bench run", "--device must be cuda or cpu");
-    if (ro.evaluator && redis)
-        return cli_usage_error("bench run", "--evaluator and --redis exclude each other");
-    if (!ro.evaluator && !redis) {
-        const char *env = getenv("CUDA_AGENT_EVALUATOR");
-        ro.evaluator = env && *env ? env : NULL;
-    }
-    if (!ro.evaluator && !redis) {
-        const char *env = getenv("CUDA_AGENT_REDIS");
-        redis = env && *env ? env : NULL;
-    }
-    if (redis && ro.model)
-        return cli_usage_error("bench run", "--model with --redis is not wired yet: agent "
-                                            "episodes evaluate through an evaluator service");
+    if ((rc = cli_bus_setup("bench run", &bus, &ro.evaluator, "--evaluator")))
+        return rc;
+    const char *redis = bus.url;
     if (redis && (ro.device || runners != 1))
         return cli_usage_error("bench run", "--device and --runners are the started evaluator's; "
                                             "with --redis the workers' own settings apply");
-    struct bus_eval_ctx bus = {
-        .url = redis, .bo = {.wait_ms = wait_s * 1000, .queue_wait_ms = queue_wait_s * 1000}};
     if (redis) {
-        struct bus_url u;
-        struct ca_err uerr = {0};
-        if (bus_url_parse(redis, &u, &uerr))
-            return cli_usage_error("bench run", "%s", uerr.msg);
-        ro.eval = eval_on_bus;
+        ro.eval = cli_bus_eval;
         ro.eval_ctx = &bus;
+        /* The agent children (`cuda-agent run`) reach the bus themselves: the URL in their
+         * environment, the waits as options. */
+        if (ro.model &&
+            (setenv("CUDA_AGENT_REDIS", redis, 1) || unsetenv("CUDA_AGENT_EVALUATOR"))) {
+            fprintf(stderr, "cuda-agent: error: cannot set CUDA_AGENT_REDIS for the agents\n");
+            return CLI_FAILED;
+        }
+        ro.agent_args = bus.child_args;
     }
 
     char *stem = run_stem(db);

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "core/buf.h"
-#include "bus/bus.h"
 #include "core/limits.h"
 #include "eval/compile.h"
 #include "eval/eval.h"
@@ -35,8 +34,9 @@ int cmd_eval(int argc, char **argv)
 {
     struct eval_opts o = {0};
     bool as_json = false, doctor = false;
-    int64_t seeds = 0, timeout_s = 0, budget_ms = 0, queue_wait_s = 60, wait_s = 0;
-    const char *atol = NULL, *rtol = NULL, *server = NULL, *redis = NULL;
+    int64_t seeds = 0, timeout_s = 0, budget_ms = 0;
+    const char *atol = NULL, *rtol = NULL, *server = NULL;
+    struct cli_bus bus = CLI_BUS_INIT;
     const struct cli_opt opts[] = {
         {"task", 't', CLI_OPT_STRING, &o.task_ref, "TASK",
          "evaluate against this task instead of the workspace's model.py"},
@@ -71,16 +71,7 @@ int cmd_eval(int argc, char **argv)
          "candidates WITHOUT their sandbox (unsafe; to measure its cost)"},
         {"server", 0, CLI_OPT_STRING, &server, "SOCKET",
          "evaluate through the evaluator service (default $CUDA_AGENT_EVALUATOR when set)"},
-        {"redis", 0, CLI_OPT_STRING, &redis, "URL",
-         "evaluate on a worker of the Redis job bus (default $CUDA_AGENT_REDIS when set; see "
-         "`cuda-agent worker`)"},
-        {"queue-wait", 0, CLI_OPT_INT, &queue_wait_s, "SEC",
-         "with --redis: while every worker is busy, wait this long before giving up (default "
-         "60; 0: answer \"busy\" at once)",
-         0, 86400},
-        {"wait", 0, CLI_OPT_INT, &wait_s, "SEC",
-         "with --redis: wait this long for the result (default: twice the timeout + 30 min)", 1,
-         86400},
+        CLI_BUS_OPTS(&bus),
         {"doctor", 0, CLI_OPT_FLAG, &doctor, NULL,
          "describe the toolchain (nvcc, compiler, PyTorch, GPU architecture) and exit"},
         {"json", 0, CLI_OPT_FLAG, &as_json, NULL, "print the full report as JSON"},
@@ -162,25 +153,18 @@ int cmd_eval(int argc, char **argv)
     }
     struct ca_err err = {0};
     json_t *report = NULL;
-    if (server && redis) {
+    if ((rc = cli_bus_setup("eval", &bus, &server, "--server"))) {
         free(args);
-        return cli_usage_error("eval", "--server and --redis exclude each other");
+        return rc;
     }
-    if (!server && !redis)
-        server = getenv("CUDA_AGENT_EVALUATOR");
-    if (!server && !redis)
-        redis = getenv("CUDA_AGENT_REDIS");
-    if (redis && *redis) {
-        struct bus_client_opts bo = {.wait_ms = wait_s * 1000,
-                                     .queue_wait_ms = queue_wait_s * 1000};
-        rc = bus_eval(redis, &o, &bo, &report, &err);
-    } else if (server && *server) {
+    if (bus.url)
+        rc = cli_bus_eval(&bus, &o, &report, &err);
+    else if (server)
         rc = evald_eval(server, &o, &report, &err);
-    } else {
+    else
         rc = eval_run(&o, &report, &err);
-    }
     free(args);
-    if (rc == CA_ETIMEOUT && redis && *redis) { /* busy, or no result in time: no verdict */
+    if (rc == CA_ETIMEOUT && bus.url) { /* busy, or no result in time: no verdict */
         fprintf(stderr, "cuda-agent: error: %s\n", err.msg);
         return CLI_TEMPFAIL;
     }

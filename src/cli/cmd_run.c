@@ -126,6 +126,7 @@ int cmd_run(int argc, char **argv)
     int64_t max_turns = 0, context = 0, wall_s = 0, max_tokens = 0, seed = -1, timeout_s = 0,
             stall_s = 0, retries = -1, backoff_ms = 0, tool_out = 0;
     bool as_json = false, insecure = false;
+    struct cli_bus bus = CLI_BUS_INIT;
     const struct cli_opt opts[] = {
         {"task", 't', CLI_OPT_STRING, &o.task_ref, "TASK",
          "the task: a .py file, or SOURCE:SELECTOR (see 'cuda-agent data list')"},
@@ -172,6 +173,7 @@ int cmd_run(int argc, char **argv)
         {"device", 0, CLI_OPT_STRING, &o.device, "cuda|cpu", "evaluation device (default cuda)"},
         {"evaluator", 0, CLI_OPT_STRING, &o.evaluator, "SOCK",
          "evaluator service socket (default $CUDA_AGENT_EVALUATOR, else in process)"},
+        CLI_BUS_OPTS(&bus),
         {"cache-dir", 0, CLI_OPT_STRING, &o.cache_dir, "DIR", "evaluator cache"},
         {"eval-no-sandbox", 0, CLI_OPT_FLAG, &o.eval_no_sandbox, NULL,
          "run the evaluator's compilers and candidates without the sandbox (unsafe)"},
@@ -196,10 +198,13 @@ int cmd_run(int argc, char **argv)
             "docs/trajectory.schema.json), evals/ (snapshots of the agent's evaluations) and\n"
             "the final reports. --resume OUT continues an interrupted episode. The agent's\n"
             "./compile, ./verify and ./profile and the final scoring use --device and\n"
-            "--evaluator.\n\n"
+            "--evaluator, or with --redis (or CUDA_AGENT_REDIS) the workers of the job bus\n"
+            "(`cuda-agent worker`; the evaluated files and the task travel with each job, and\n"
+            "the workers' own device and settings apply).\n\n"
             "Exit status: 0 the episode ran to a normal stop (answer, turn limit, context,\n"
             "wall clock); 1 the model server failed or the run was interrupted (resumable);\n"
-            "2 usage; 3 bad task or trajectory; 4 not found; 69 no sandbox or evaluator.",
+            "2 usage; 3 bad task or trajectory; 4 not found; 69 no sandbox or evaluator (or\n"
+            "Redis unreachable at the start).",
         .opts = opts,
         .min_args = 0,
         .max_args = 0,
@@ -256,8 +261,15 @@ int cmd_run(int argc, char **argv)
     o.sandbox_flags = insecure ? SANDBOX_INSECURE : 0;
     /* The flags win over the environment; both reach the final scoring and the episode's
      * evaluator socket (the workspace's ./compile, ./verify, ./profile) through o. */
-    if (!o.evaluator)
-        o.evaluator = getenv("CUDA_AGENT_EVALUATOR");
+    if ((rc = cli_bus_setup("run", &bus, &o.evaluator, "--evaluator")))
+        return rc;
+    if (bus.url) {
+        /* Found out now, not after the episode: its evaluations would all fail. */
+        if ((rc = cli_bus_check(&bus)))
+            return rc;
+        o.eval = cli_bus_eval;
+        o.eval_ctx = &bus;
+    }
     if (!o.device)
         o.device = getenv("CUDA_AGENT_EVAL_DEVICE");
     if (insecure)

@@ -34,6 +34,7 @@ int cmd_serve(int argc, char **argv)
     const char *device = NULL;
     int64_t max_episodes = 0, ttl_s = 0, wall_s = 0, max_body = 0, max_output = 0, drain_s = 600;
     int64_t keep_finished = -1, finished_ttl_s = -1; /* -1: not given */
+    struct cli_bus bus = CLI_BUS_INIT;
     const struct cli_opt opts[] = {
         {"stdio", 0, CLI_OPT_FLAG, &use_stdio, NULL, "speak MCP on stdin/stdout"},
         {"http", 0, CLI_OPT_STRING, &http, "ADDR:PORT",
@@ -47,6 +48,7 @@ int cmd_serve(int argc, char **argv)
         {"state-dir", 0, CLI_OPT_STRING, &state_dir, "DIR", "episodes' supervisor sockets"},
         {"device", 0, CLI_OPT_STRING, &device, "cuda|cpu",
          "where evaluations run when no evaluator service is named ($CUDA_AGENT_EVALUATOR)"},
+        CLI_BUS_OPTS(&bus),
         {"max-episodes", 0, CLI_OPT_INT, &max_episodes, "N", "live episodes at most (256)", 1,
          100000},
         {"episode-ttl", 0, CLI_OPT_INT, &ttl_s, "SEC",
@@ -88,10 +90,11 @@ int cmd_serve(int argc, char **argv)
             "(compile / verify / profile) and finish (-> reward, best of trajectory). Results\n"
             "carry structuredContent with the raw numbers. Episodes outlive their client until\n"
             "their idle TTL; a restarted server re-attaches to running ones.\n\n"
-            "Evaluations go to the evaluator service at $CUDA_AGENT_EVALUATOR when set, else\n"
-            "run in the episode on --device (cuda by default).\n\n"
+            "Evaluations go to the workers of the job bus with --redis; else to the evaluator\n"
+            "service at $CUDA_AGENT_EVALUATOR when set, else to the bus at $CUDA_AGENT_REDIS\n"
+            "when set; else they run in the episode on --device (cuda by default).\n\n"
             "Exit status: 0 stopped (end of input, SIGINT or SIGTERM); 1 could not start;\n"
-            "2 usage (also: a non-loopback --http without a token).",
+            "2 usage (also: a non-loopback --http without a token); 69 Redis unreachable.",
         .opts = opts,
         .max_args = 0,
     };
@@ -102,6 +105,10 @@ int cmd_serve(int argc, char **argv)
         return cli_usage_error("serve", "give one of --stdio and --http ADDR:PORT");
     if (device && strcmp(device, "cuda") && strcmp(device, "cpu"))
         return cli_usage_error("serve", "--device must be cuda or cpu");
+    const char *evaluator = NULL;
+    if ((rc = cli_bus_setup("serve", &bus, &evaluator, NULL)) ||
+        (bus.url && (rc = cli_bus_check(&bus))))
+        return rc;
     struct ca_err err = {0};
     struct buf token, rootb;
     buf_init(&token, 4096);
@@ -147,8 +154,12 @@ int cmd_serve(int argc, char **argv)
         .root = root,
         .state_dir = state_dir,
         .tasks = tasks,
-        .evaluator = getenv("CUDA_AGENT_EVALUATOR"),
+        .evaluator = evaluator,
         .eval_device = device ? device : getenv("CUDA_AGENT_EVAL_DEVICE"),
+        .redis = bus.url,
+        .redis_args = bus.child_args,
+        .eval = bus.url ? cli_bus_eval : NULL,
+        .eval_ctx = &bus,
         .sandbox_flags = insecure ? SANDBOX_INSECURE : 0,
         .max_episodes = max_episodes,
         .ttl_ms = ttl_s * 1000,

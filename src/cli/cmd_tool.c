@@ -23,6 +23,7 @@ int cmd_tool(int argc, char **argv)
     const char *workspace = NULL, *episode = NULL, *state_dir = NULL;
     bool do_close = false, ping = false, schemas = false, insecure = false, evals = false;
     int64_t timeout_ms = 0, idle_s = 0;
+    struct cli_bus bus = CLI_BUS_INIT;
     const struct cli_opt opts[] = {
         {"workspace", 'w', CLI_OPT_STRING, &workspace, "DIR",
          "the episode's workspace (needed to start the episode)"},
@@ -42,6 +43,7 @@ int cmd_tool(int argc, char **argv)
          "$XDG_RUNTIME_DIR/cuda-agent or /tmp/cuda-agent-UID)"},
         {"insecure-no-sandbox", 0, CLI_OPT_FLAG, &insecure, NULL,
          "run the episode WITHOUT a sandbox (unsafe; for hosts without user namespaces)"},
+        CLI_BUS_OPTS(&bus),
         {0},
     };
     const struct cli_spec spec = {
@@ -54,6 +56,11 @@ int cmd_tool(int argc, char **argv)
             "The first call for an episode starts a supervisor holding the episode's sandbox\n"
             "and persistent shell; later calls reuse them (the shell keeps its working\n"
             "directory and variables). End it with: cuda-agent tool --episode ID --close\n\n"
+            "The workspace's ./compile, ./verify and ./profile go to the workers of the job bus\n"
+            "with --redis; else to the evaluator service at $CUDA_AGENT_EVALUATOR when set,\n"
+            "else to the bus at $CUDA_AGENT_REDIS when set; else they run in the supervisor on\n"
+            "$CUDA_AGENT_EVAL_DEVICE (default cuda). The call that starts the episode decides,\n"
+            "for its whole life.\n\n"
             "Exit status: 0 the tool ran; 1 the tool reported an error (see \"text\");\n"
             "2 usage; 4 no such episode; 69 no sandbox is possible on this host.",
         .opts = opts,
@@ -110,6 +117,9 @@ int cmd_tool(int argc, char **argv)
         }
         req = json_pack("{s:s, s:o}", "tool", args[0], "args", targs);
     }
+    const char *evaluator = NULL;
+    if ((rc = cli_bus_setup("tool", &bus, &evaluator, NULL)))
+        goto out;
     if (insecure)
         fprintf(stderr, "cuda-agent: WARNING: --insecure-no-sandbox: the episode's commands run "
                         "WITHOUT isolation, with your user's full access to this machine\n");
@@ -119,10 +129,13 @@ int cmd_tool(int argc, char **argv)
         .workspace = do_close || ping || evals ? NULL : workspace,
         .sandbox_flags = insecure ? SANDBOX_INSECURE : 0,
         .idle_timeout_ms = idle_s * 1000,
-        /* The episode's ./compile, ./verify and ./profile: through this service, else in
+        /* The episode's ./compile, ./verify and ./profile: through this service, else on the
+         * bus (the supervisor is forked from this process: bus stays valid there), else in
          * process on this device (cuda by default). */
-        .evaluator = getenv("CUDA_AGENT_EVALUATOR"),
+        .evaluator = evaluator,
         .eval_device = getenv("CUDA_AGENT_EVAL_DEVICE"),
+        .eval = bus.url ? cli_bus_eval : NULL,
+        .eval_ctx = &bus,
     };
     if (do_close && !episode_running(&eo)) {
         printf("{\"ok\": true, \"note\": \"episode was not running\"}\n");

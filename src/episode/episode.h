@@ -36,6 +36,19 @@
 #define EPISODE_ID_MAX 64
 #define EPISODE_IDLE_DEFAULT_MS (2 * 3600 * 1000)
 
+struct eval_opts;
+
+/*
+ * An evaluation done elsewhere (the job bus's client, which src/cli wires): *report as from
+ * eval_run, or non-zero with err set when no report came. It honours o->keep_dir (the files it
+ * evaluated, and the task as model.py, copied there), since the episode records snapshots from
+ * it. Called from the episode's evaluator thread, one call at a time per episode, in the
+ * process that holds the episode (the supervisor, forked without exec from the caller of
+ * episode_request, or the caller of episode_open), and by agent_run's final scoring.
+ */
+typedef int episode_eval_fn(void *ctx, const struct eval_opts *o, json_t **report,
+                            struct ca_err *err);
+
 struct episode_opts {
     const char *state_dir;  /* NULL: episode_state_dir() */
     const char *id;         /* [A-Za-z0-9_.-]{1,64} */
@@ -48,6 +61,10 @@ struct episode_opts {
      * when NULL). Copied at episode_open. */
     const char *evaluator;
     const char *eval_device;
+    /* When set, instead: eval(eval_ctx, ...) (evaluator and eval_device are not used). Both
+     * must stay valid for the episode's life, in a supervisor too (a fork inherits them). */
+    episode_eval_fn *eval;
+    void *eval_ctx;
 };
 
 /* $CUDA_AGENT_STATE_DIR, else $XDG_RUNTIME_DIR/cuda-agent, else /tmp/cuda-agent-<uid>;

@@ -8,9 +8,10 @@
  * {"command": "compile"|"verify"|"profile"}; everything else (the workspace
  * path, the task, the options) is the episode's own, so nothing the agent
  * sends can point the evaluator elsewhere. The thread serves one request at
- * a time: through the evaluator service when the episode's options name its
- * socket, else by running the pipeline in this process (on the options'
- * device, default cuda). The reply is
+ * a time: through the episode's evaluation callback when it has one (the job
+ * bus), else through the evaluator service when the options name its socket,
+ * else by running the pipeline in this process (on the options' device,
+ * default cuda). The reply is
  * {"exit": STATUS, "text": REPORT}; each evaluation is also recorded (see
  * episode_evals) with a copy of the files it evaluated under
  * <episode>/evals/<seq>/.
@@ -46,6 +47,8 @@
 struct episode__evals {
     char *workspace, *dir, *sock;
     char *evaluator, *device; /* NULL: in process; NULL: cuda */
+    episode_eval_fn *eval;    /* before both, when set */
+    void *eval_ctx;
     int lfd;
     pthread_t thread;
     atomic_int stop;
@@ -54,9 +57,11 @@ struct episode__evals {
     int64_t seq;
 };
 
+/* No verdict: 69 the evaluator (service, Redis) is unreachable; 75 it gave no answer in time
+ * (a full job queue, a result that did not come); 1 otherwise. */
 static int exit_for(int rc)
 {
-    return rc == CA_EUNAVAIL ? 69 : 1;
+    return rc == CA_EUNAVAIL ? 69 : rc == CA_ETIMEOUT ? 75 : 1;
 }
 
 static json_t *run_one(struct episode__evals *ev, const char *command)
@@ -72,8 +77,9 @@ static json_t *run_one(struct episode__evals *ev, const char *command)
     struct ca_err err = {0};
     json_t *report = NULL;
     int64_t t0 = ca_now_us();
-    int rc = ev->evaluator ? evald_eval(ev->evaluator, &eo, &report, &err)
-                           : eval_run(&eo, &report, &err);
+    int rc = ev->eval        ? ev->eval(ev->eval_ctx, &eo, &report, &err)
+             : ev->evaluator ? evald_eval(ev->evaluator, &eo, &report, &err)
+                             : eval_run(&eo, &report, &err);
     struct eval_report er;
     eval_report_read(report, &er); /* NULL (the evaluator failed) reads as empty */
     struct buf text;
@@ -177,6 +183,8 @@ int episode__evals_start(const char *control, const char *dir, const char *works
     ev->dir = xstrdup(dir);
     ev->evaluator = o->evaluator && *o->evaluator ? xstrdup(o->evaluator) : NULL;
     ev->device = o->eval_device && *o->eval_device ? xstrdup(o->eval_device) : NULL;
+    ev->eval = o->eval;
+    ev->eval_ctx = o->eval_ctx;
     ev->records = json_array();
     (void)pthread_mutex_init(&ev->mu, NULL); /* default attributes: cannot fail on Linux */
     if (pthread_create(&ev->thread, NULL, eval_thread, ev) != 0) {

@@ -278,8 +278,7 @@ static bool run_policy(const char *snap, const json_t *files, bool inline_cuda,
     return ok;
 }
 
-/* Copy the evaluated files (and the task as model.py) from the snapshot to keep. */
-static int keep_files(const char *snap, const json_t *files, const char *keep, struct ca_err *err)
+int eval_keep_files(const char *snap, const json_t *files, const char *keep, struct ca_err *err)
 {
     struct buf from, to, data;
     buf_init(&from, CA_LIMIT_PATH);
@@ -648,7 +647,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
         goto out;
     }
     json_object_set(report, "files", files);
-    if (o->keep_dir && (rc = keep_files(snap.data, files, o->keep_dir, err)) != 0)
+    if (o->keep_dir && (rc = eval_keep_files(snap.data, files, o->keep_dir, err)) != 0)
         goto out;
 
     ts = ca_now_us();

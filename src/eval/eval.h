@@ -84,6 +84,11 @@ int eval_format(const json_t *report, struct buf *out) WARN_UNUSED_RESULT;
 int eval_snapshot(const char *workspace, const char *dir, json_t **files,
                   struct ca_err *err) WARN_UNUSED_RESULT;
 
+/* Copy the evaluated files (files: their paths under snap) and snap's model.py (the task) into
+ * keep (made 0700): what opts->keep_dir receives. */
+int eval_keep_files(const char *snap, const json_t *files, const char *keep,
+                    struct ca_err *err) WARN_UNUSED_RESULT;
+
 /* The task's code as the evaluator would take it: opts->task_ref resolved, else the workspace's
  * model.py only while the manifest's hashes still match (CA_EPARSE otherwise); appended to code,
  * with the task's public description in *task_json (a new reference). */

@@ -32,6 +32,8 @@ struct episode_opts server__ep_opts(const struct server *s, const char *id, cons
         .idle_timeout_ms = s->o.ttl_ms,
         .evaluator = s->o.evaluator,
         .eval_device = s->o.eval_device,
+        .eval = s->o.eval,
+        .eval_ctx = s->o.eval_ctx,
     };
 }
 

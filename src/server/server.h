@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "episode/episode.h"
 
 #define SERVER_MAX_EPISODES_DEFAULT 256
 #define SERVER_TTL_DEFAULT_MS (2 * 3600 * 1000)
@@ -62,6 +63,15 @@ struct server_opts {
     size_t max_body;         /* bytes of one request; 0: CA_LIMIT_REQUEST_BYTES */
     size_t max_output;       /* bytes of one tool result's text; 0: CA_LIMIT_TOOL_OUTPUT */
     int64_t max_sessions;    /* MCP sessions kept (oldest idle dropped); 0: default */
+    /* The job bus instead of evaluator and eval_device (the CLI's to wire; the server knows no
+     * bus): redis is the URL the supervisors' `cuda-agent tool` starters get as $CUDA_AGENT_REDIS,
+     * with redis_args (NULL-terminated, e.g. the bus's waits) on their command line; eval and
+     * eval_ctx evaluate for a supervisor forked from this process itself (when this program
+     * is not cuda-agent: tests). */
+    const char *redis;
+    const char *const *redis_args;
+    episode_eval_fn *eval;
+    void *eval_ctx;
     /* The cleanup policy: ended (finished or idle-expired) episodes keep their workspace and
      * snapshots while among the keep_finished newest and younger than finished_ttl_s; the
      * record and finish's result always stay. keep_finished: 0 default, < 0 none;

@@ -47,7 +47,7 @@ static int start_supervisor(struct server *s, const struct server__episode *e, s
     }
     char ttl[32];
     snprintf(ttl, sizeof(ttl), "%lld", (long long)(e->ttl_ms + 999) / 1000);
-    const char *argv[16];
+    const char *argv[24];
     size_t n = 0;
     argv[n++] = exe;
     argv[n++] = "tool";
@@ -61,25 +61,33 @@ static int start_supervisor(struct server *s, const struct server__episode *e, s
     argv[n++] = ttl;
     if (s->o.sandbox_flags & SANDBOX_INSECURE)
         argv[n++] = "--insecure-no-sandbox";
+    for (size_t i = 0; s->o.redis && s->o.redis_args && s->o.redis_args[i] && n < 20; i++)
+        argv[n++] = s->o.redis_args[i];
     argv[n++] = "Bash";
     argv[n++] = "{\"command\": \"true\"}";
     argv[n] = NULL;
-    /* The evaluator settings are the server's, whatever this process's environment says. */
+    /* The evaluator settings are the server's, whatever this process's environment says. The
+     * bus's URL goes in the environment, not argv: every local user can read a command line,
+     * and the URL may hold a password. */
     size_t nenv = 0;
     while (environ[nenv])
         nenv++;
-    const char **envp = xcalloc(nenv + 3, sizeof(*envp));
+    const char **envp = xcalloc(nenv + 4, sizeof(*envp));
     size_t k = 0;
     for (size_t i = 0; i < nenv; i++)
         if (strncmp(environ[i], "CUDA_AGENT_EVALUATOR=", 21) &&
-            strncmp(environ[i], "CUDA_AGENT_EVAL_DEVICE=", 23))
+            strncmp(environ[i], "CUDA_AGENT_EVAL_DEVICE=", 23) &&
+            strncmp(environ[i], "CUDA_AGENT_REDIS=", 17))
             envp[k++] = environ[i];
     char *ev = s->o.evaluator ? xstrfmt("CUDA_AGENT_EVALUATOR=%s", s->o.evaluator) : NULL;
     char *dev = s->o.eval_device ? xstrfmt("CUDA_AGENT_EVAL_DEVICE=%s", s->o.eval_device) : NULL;
+    char *bus = s->o.redis ? xstrfmt("CUDA_AGENT_REDIS=%s", s->o.redis) : NULL;
     if (ev)
         envp[k++] = ev;
     if (dev)
         envp[k++] = dev;
+    if (bus)
+        envp[k++] = bus;
     struct proc_opts po = {.argv = argv, .env = envp, .timeout_ms = 60000, .merge_stderr = true};
     struct proc_result r;
     proc_result_init(&r);
@@ -92,6 +100,7 @@ static int start_supervisor(struct server *s, const struct server__episode *e, s
     proc_result_release(&r);
     free(ev);
     free(dev);
+    free(bus);
     free(envp);
     return rc;
 }

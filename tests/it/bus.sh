@@ -12,7 +12,10 @@
 # quarantined and reported; back-pressure ("busy" after --queue-wait); a tampered artifact and
 # a forged entry refused; AUTH with an ACL user; a 64-consumer load run; `bench run --redis`
 # (solutions, workspaces, replays; Redis unreachable, then resumed); dead consumers forgotten
-# (and those that own entries or whose worker lives kept); CPU-mode end to end, bench included.
+# (and those that own entries or whose worker lives kept) and stale heartbeats pruned; agent
+# episodes on the bus (`tool`, `run`, `serve` and `bench run --model` with --redis, each also
+# with Redis unreachable; a scripted model server, tests/it/fake_llm.py); CPU-mode end to end,
+# bench and an episode's ./verify included.
 . "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
 command -v redis-server >/dev/null || skip_all redis "no redis-server (apt-get install redis-server)"
 command -v redis-cli >/dev/null || skip_all redis "no redis-cli (apt-get install redis-tools)"
@@ -476,6 +479,10 @@ consumers() { R XINFO CONSUMERS ca:jobs ca-workers | awk 'prev == "name" {print}
 assert "the doomed worker's consumer is there" [ "$(consumers | grep -c "^dx/$WDX\.0$")" = 1 ]
 kill -9 "$WDX"
 wait "$WDX" 2>/dev/null
+# Heartbeats in ca:workers: one an hour old and one that is not a heartbeat (pruned), beside
+# those of every earlier worker of this script (pruned too, silent for longer than --forget-ms).
+NOW=$(date +%s)
+R HSET ca:workers gone1 "{\"pid\": 1, \"seen\": $((NOW - 3600))}" gone2 'not a heartbeat' >/dev/null
 worker live "$PWD/live.log" --fake-eval 10 --jobs 2 --forget-ms 1500 --reclaim-ms 600000
 WLV=$WPID
 # An idle consumer of the live worker's own process (kept: its heartbeat is fresh) and one of
@@ -489,6 +496,11 @@ assert "kept: the ghost that owns an entry, returned, the live worker's idle con
     [ "$(grep -c '^ghost/1.0$' "$PWD/cons.txt"):$(grep -c '^returned$' "$PWD/cons.txt"):$(grep -c "^live/$WLV\.7\$" "$PWD/cons.txt")" = "1:1:1" ]
 assert "the ghost's entry is still pending" [ "$(R XPENDING ca:jobs ca-workers | head -1)" = 1 ]
 assert "the sweep was logged" grep -q "forgot consumer dx/" "$PWD/live.log"
+assert "ca:workers: an old heartbeat and one that is not one are pruned" \
+    wait_for 15 bash -c "[ -z \"\$(redis-cli -p $PORT HGET ca:workers gone1)\$(redis-cli -p $PORT HGET ca:workers gone2)\" ]"
+assert "... and logged" grep -q "forgot worker gone1's heartbeat (silent past --forget-ms)" "$PWD/live.log"
+assert "... then every earlier worker's (16 a pass); the live worker's own is kept" \
+    wait_for 15 bash -c "[ \"\$(redis-cli -p $PORT HKEYS ca:workers)\" = live ]"
 E=$(R XPENDING ca:jobs ca-workers - + 1 | head -1)
 R XACK ca:jobs ca-workers "$E" >/dev/null
 R XDEL ca:jobs "$E" >/dev/null
@@ -504,6 +516,177 @@ assert "40 idle consumers of a gone worker: the first pass that finds them delet
 assert "... and later passes the rest" wait_for 10 bash -c "[ \$(redis-cli -p $PORT XINFO CONSUMERS ca:jobs ca-workers | grep -c '^many/') = 0 ]"
 kill -TERM "$WLV"
 wait "$WLV"
+
+# -- agent episodes on the bus: `tool` (./verify in the sandbox), `run` (the episode's evaluations
+# and its final scoring), `serve` (its `tool` children get the URL), `bench run --model`
+export CUDA_AGENT_STATE_DIR=$PWD/state
+unset CUDA_AGENT_EVALUATOR CUDA_AGENT_EVAL_DEVICE CUDA_AGENT_REDIS OPENAI_BASE_URL CUDA_AGENT_BASE_URL
+SANDBOX=() # the episodes' tools in their sandbox, unconfined where the host has none
+if ! "$CA" tool --workspace "$PWD/base" --episode probe-$$ Bash '{"command":"true"}' >/dev/null 2>"$ERR"; then
+    echo "note: no sandbox on this host, the episodes run unconfined: $(head -c 300 "$ERR")"
+    SANDBOX=(--insecure-no-sandbox)
+fi
+"$CA" tool --episode probe-$$ --close >/dev/null 2>&1
+# fake_reward JOB: the reward the fake backend gives job JOB
+fake_reward() { [ -n "$1" ] || { echo "no job"; return; }; local r=$((16#${1:0:1} % 4)); [ "$r" = 0 ] && echo -1 || echo "$r"; }
+# evals_of EPISODE: "command:ok:reward:worker:job:fake-reward-of-job" per evaluation it recorded
+evals_of() { "$CA" tool --episode "$1" --evals | "$PY" -c '
+import json, sys
+for e in json.load(sys.stdin)["evals"]:
+    bus = e["report"].get("bus") or {}
+    job = bus.get("job") or ""
+    r = int(job[0], 16) % 4 if job else None
+    print("%s:%s:%s:%s:%s:%s" % (e["command"], e["ok"], e["reward"], bus.get("worker"), job,
+                                 (-1 if r == 0 else r) if job else None))'; }
+worker ep "$PWD/ep.log" --fake-eval 30 --jobs 2
+WEP=$WPID
+
+mkws ews
+run "$CA" tool "${SANDBOX[@]}" --redis "$URL" --workspace "$PWD/ews" --episode bus-e1 Bash '{"command": "./verify; echo verify-exit=$?"}'
+expect "tool --redis: ./verify in the episode ran" 0 "verify-exit="
+evals_of bus-e1 >"$PWD/e1.txt"
+IFS=: read -r ecmd eok erew eworker ejob efake <"$PWD/e1.txt"
+assert "... through the bus: worker ep, the job's own reward ($(cat "$PWD/e1.txt"))" \
+    [ "$(wc -l <"$PWD/e1.txt"):$ecmd:$eworker:$erew" = "1:verify:ep:$efake" ]
+assert "... ./verify's exit status follows the worker's verdict" \
+    grep -q "verify-exit=$([ "$eok" = True ] && echo 0 || echo 1)" "$OUT"
+assert "... the job is recorded in Redis under its id" [ -n "$(R GET "ca:result:$ejob")" ]
+KEPT=$CUDA_AGENT_STATE_DIR/bus-e1/evals/1
+assert "... the evaluated files kept by the client: model_new.py, the kernels, the task as model.py" \
+    bash -c "cmp -s '$PWD/ews/model_new.py' '$KEPT/model_new.py' && cmp -s '$PWD/ews/kernels/swish_cpu.cu' '$KEPT/kernels/swish_cpu.cu' && cmp -s '$FIX/task.py' '$KEPT/model.py' && [ -s '$KEPT/report.json' ]"
+run "$CA" tool --episode bus-e1 Bash '{"command": "echo // again >>kernels/swish_cpu.cu && ./compile; echo compile-exit=$?"}'
+expect "a later call of the episode keeps the bus: ./compile" 0 "compile-exit="
+assert "... its job queued too (a second evaluation through ep)" \
+    [ "$(evals_of bus-e1 | awk -F: '$1 == "compile" && $4 == "ep"' | wc -l)" = 1 ]
+"$CA" tool --episode bus-e1 --close >/dev/null
+CUDA_AGENT_REDIS=$URL run "$CA" tool "${SANDBOX[@]}" --workspace "$PWD/ews" --episode bus-e2 Bash '{"command": "./verify; echo verify-exit=$?"}'
+assert "tool: \$CUDA_AGENT_REDIS alone puts the episode on the bus" \
+    [ "$(evals_of bus-e2 | cut -d: -f4)" = ep ]
+"$CA" tool --episode bus-e2 --close >/dev/null
+run "$CA" tool "${SANDBOX[@]}" --redis "redis://127.0.0.1:$DEAD" --workspace "$PWD/ews" --episode bus-e3 Bash '{"command": "./verify; echo verify-exit=$?"}'
+expect "tool, Redis unreachable: ./verify says why and exits 69" 0 \
+    "verify: the evaluator failed: cannot reach Redis at redis://127.0.0.1:$DEAD/0"
+assert "... exit 69" grep -q "verify-exit=69" "$OUT"
+"$CA" tool --episode bus-e3 --close >/dev/null
+run "$CA" tool --redis "http://x" --workspace "$PWD/ews" --episode bus-e4 Bash '{"command": "true"}'
+expect "tool: a bad --redis URL is a usage error" 2 "" "redis://"
+
+# run: a scripted model writes the fixture's solution (with a comment of its own, so that its jobs
+# are not those of other cases: identical jobs share one result), runs ./verify and answers; the
+# episode's evaluation and the final scoring go through the bus.
+. "$CA_REPO/tests/it/fake_llm.bash"
+trap 'stop_server; cleanup' EXIT # fake_llm.bash's trap, and this script's
+# model NAME: the scripted model server on $PWD/NAME.json at $LLM (fake_llm.bash's serve sets URL,
+# which is Redis's here)
+model() { local bus=$URL; serve "$1"; LLM=$URL; URL=$bus; }
+"$PY" - "$FIX/sol" >"$PWD/bus_agent.json" <<'PYEOF'
+import json, sys
+sol = sys.argv[1]
+read = lambda p: open(sol + "/" + p).read()
+print(json.dumps([
+    {"tool_calls": [{"name": "Read", "arguments": {"file_path": "model_new.py"}}]},
+    {"tool_calls": [{"name": "Write", "arguments": {"file_path": "kernels/" + f, "content": read("kernels/" + f)}}
+                    for f in ("swish_cpu.cu", "swish_cpu_binding.cpp")]
+                   + [{"name": "Write", "arguments": {"file_path": "model_new.py", "content": read("model_new.py") + "# agent\n"}}]},
+    {"tool_calls": [{"name": "Bash", "arguments": {"command": "./verify; echo verify-exit=$?"}}]},
+    {"content": "Done."},
+]))
+PYEOF
+model bus_agent
+n0=$(reqs 2>/dev/null || echo 0)
+run "$CA" run --task "$FIX/task.py" --model m --base-url "$LLM" --out "$PWD/runx" "${SANDBOX[@]}" \
+    --redis "redis://127.0.0.1:$DEAD"
+expect "run, Redis unreachable: exit 69 at the start, naming the URL" 69 "" \
+    "cannot reach Redis at redis://127.0.0.1:$DEAD/0"
+assert "... before the model was asked anything" [ "$(reqs 2>/dev/null || echo 0)" = "$n0" ]
+run "$CA" run --task "$FIX/task.py" --model m --base-url "$LLM" --redis "$URL" --evaluator /nowhere
+expect "run: --evaluator and --redis exclude each other" 2 "" "exclude each other"
+run "$CA" run --task "$FIX/task.py" --model test-model --base-url "$LLM" --out "$PWD/runb" \
+    "${SANDBOX[@]}" --redis "$URL" --wait 60 --json
+expect "run --redis: the episode ran to the answer" 0 '"stop_reason": "answer"'
+cp "$OUT" "$PWD/runb.json"
+T=$PWD/runb/trajectory.jsonl
+py "$T" '"\n".join("%s:%s:%s:%s" % (e["command"], e["reward"], e["report"]["bus"]["worker"], e["report"]["bus"]["job"]) for x in L if x["type"] == "turn" for e in x.get("evals", []))' >"$PWD/runb.evals"
+IFS=: read -r rcmd rrew rworker rjob <"$PWD/runb.evals"
+assert "run --redis: the agent's ./verify went to worker ep, the job's own reward ($(cat "$PWD/runb.evals"))" \
+    [ "$(wc -l <"$PWD/runb.evals"):$rcmd:$rworker:$rrew" = "1:verify:ep:$(fake_reward "$rjob")" ]
+assert "... its snapshot kept in OUT" \
+    bash -c "cmp -s '$PWD/runb/workspace/model_new.py' '$PWD/runb/evals/1/model_new.py' && grep -q '^# agent' '$PWD/runb/evals/1/model_new.py'"
+FJOB=$(jfield "$PWD/runb/eval_final.json" bus.job)
+assert "run --redis: the final workspace scored by worker ep, with its job's reward" \
+    [ "$(jfield "$PWD/runb/eval_final.json" bus.worker):$(jfield "$PWD/runb/eval_final.json" reward.reward)" = "ep:$(fake_reward "$FJOB")" ]
+assert "... the episode's final reward is that one" \
+    [ "$(py "$PWD/runb.json" 'J["rewards"]["final"]["reward"]')" = "$(fake_reward "$FJOB")" ]
+assert "... the final scoring is one job (one more result in Redis)" [ -n "$(R GET "ca:result:$FJOB")" ]
+stop_server
+
+# serve: start_episode starts the supervisor through a `tool` child, which gets the URL in its
+# environment; the episode's Bash ./verify and the evaluate tool go through the bus.
+run "$CA" serve --stdio --redis "redis://127.0.0.1:$DEAD" --root "$PWD/srvx" --tasks "$FIX/task.py" </dev/null
+expect "serve, Redis unreachable: exit 69 at the start" 69 "" "cannot reach Redis at redis://127.0.0.1:$DEAD/0"
+"$PY" - "$CA" "$URL" "$PWD/srv" "$FIX/task.py" "${SANDBOX[@]}" >"$PWD/serve_bus.json" 2>"$PWD/serve_bus.err" <<'PYEOF'
+import json, subprocess, sys
+ca, url, root, tasks = sys.argv[1:5]
+env = {k: v for k, v in __import__("os").environ.items() if k != "CUDA_AGENT_REDIS"}
+p = subprocess.Popen([ca, "serve", "--stdio", "--redis", url, "--root", root, "--tasks", tasks]
+                     + sys.argv[5:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+n = 0
+def call(method, params=None, notify=False):
+    global n
+    n += 1
+    msg = {"jsonrpc": "2.0", "method": method, "params": params or {}}
+    if not notify:
+        msg["id"] = n
+    p.stdin.write(json.dumps(msg) + "\n")
+    p.stdin.flush()
+    return None if notify else json.loads(p.stdout.readline())
+call("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}})
+call("notifications/initialized", notify=True)
+tool = lambda name, args: call("tools/call", {"name": name, "arguments": args})["result"]
+task = tool("list_tasks", {})["structuredContent"]["tasks"][0]["id"]
+ep = tool("start_episode", {"task": task})["structuredContent"]["episode_id"]
+bash = tool("Bash", {"episode_id": ep, "command": "./verify; echo verify-exit=$?"})
+ev = tool("evaluate", {"episode_id": ep, "stage": "verify"})
+tool("finish", {"episode_id": ep, "final_eval": False})
+p.stdin.close()
+p.wait()
+print(json.dumps({"episode": ep, "bash": bash, "evaluate": ev}))
+PYEOF
+assert "serve --redis: the episode ran ($(head -c 300 "$PWD/serve_bus.err"))" \
+    [ -n "$(py "$PWD/serve_bus.json" 'J["episode"]')" ]
+py "$PWD/serve_bus.json" 'json.dumps(J["evaluate"]["structuredContent"])' >"$PWD/serve_eval.json"
+SJOB=$(py "$PWD/serve_eval.json" 'J["report"]["bus"]["job"]')
+assert "serve --redis: the evaluate tool went through worker ep, with its job's reward" \
+    [ "$(py "$PWD/serve_eval.json" 'J["report"]["bus"]["worker"]'):$(py "$PWD/serve_eval.json" 'J["reward"]')" = "ep:$(fake_reward "$SJOB")" ]
+assert "... and the agent's Bash ./verify (the same files: the same job) exited as its verdict says" \
+    [ "$(py "$PWD/serve_bus.json" '"verify-exit=" in J["bash"]["content"][0]["text"] and J["bash"]["content"][0]["text"].split("verify-exit=")[1].strip()')" = \
+      "$([ "$(fake_reward "$SJOB")" -ge 1 ] && echo 0 || echo 1)" ]
+
+# bench run --model --redis: the agent children evaluate through the bus, no evaluator started
+if [ ${#SANDBOX[@]} = 0 ]; then
+    model bus_agent
+    run "$CA" bench run --db "$PWD/bdead.sqlite" --model test-model --base-url "$LLM" \
+        --redis "redis://127.0.0.1:$DEAD" --max-turns 5 --no-html --json "$FIX/task.py"
+    expect "bench run --model, Redis unreachable: the episode is not run, exit 75" 75 "" \
+        "could not be evaluated"
+    assert "... saying why" grep -q "cannot reach Redis at redis://127.0.0.1:$DEAD/0" "$OUT"
+    assert "... before its model was asked anything" [ "$(reqs 2>/dev/null || echo 0)" = 0 ]
+    run "$CA" bench run --db "$PWD/bagent.sqlite" --model test-model --base-url "$LLM" --redis "$URL" \
+        --max-turns 5 --no-html --json "$FIX/task.py"
+    expect "bench run --model --redis: the episode ran and was scored" 0 '"finished_now":1,'
+    assert "... no evaluator service was started" [ ! -e "$PWD/bagent.files/evaluator.log" ]
+    BA=$(echo "$PWD"/bagent.files/agent/*)
+    assert "... its final workspace scored by worker ep, with its job's reward" \
+        [ "$(jfield "$BA/eval_final.json" bus.worker):$(jfield "$BA/eval_final.json" reward.reward)" = \
+          "ep:$(fake_reward "$(jfield "$BA/eval_final.json" bus.job)")" ]
+    assert "... the agent's ./verify too" \
+        [ "$(py "$BA/trajectory.jsonl" '[e["report"]["bus"]["worker"] for x in L if x["type"] == "turn" for e in x.get("evals", [])]')" = "['ep']" ]
+    stop_server
+else
+    skip userns "bench run --model --redis" "bench runs its agents in the sandbox, which this host cannot make"
+fi
+kill -TERM "$WEP"
+wait "$WEP"
 
 # -- CPU mode end to end: the real evaluator on a worker, the same reward as locally
 if ! "$PY" -c 'import torch' 2>/dev/null; then
@@ -555,6 +738,24 @@ print(d["ok"], d["stage"], d["reward"]["reward"], d["bus"]["worker"])' "$PWD/bcp
     assert "CPU mode: bench through the bus gives the local verdicts, stages and rewards (2 of $same)" [ "$same" = 2 ]
     assert "... one correct, one wrong" \
         [ "$(jfield "$PWD/local_l1_1_Swish.json" stage):$(jfield "$PWD/local_l2_1_SwishScaled.json" stage)" = done:verify ]
+    # An episode's ./verify through the worker, and in the episode's own supervisor on the CPU:
+    # the same verdict, reward and exit status, for a correct and a wrong workspace.
+    same=0
+    for w in cpu wrongcpu; do
+        V='{"command": "./verify; echo verify-exit=$?", "timeout": 600000}'
+        "$CA" tool "${SANDBOX[@]}" --redis "$URL" --wait 600 --workspace "$PWD/$w" --episode "bv-$w" \
+            Bash "$V" >"$PWD/bv-$w.json" 2>&1
+        CUDA_AGENT_EVAL_DEVICE=cpu "$CA" tool "${SANDBOX[@]}" --workspace "$PWD/$w" --episode "lv-$w" \
+            Bash "$V" >"$PWD/lv-$w.json" 2>&1
+        got="$(evals_of "bv-$w" | cut -d: -f1-4) $(grep -o 'verify-exit=[0-9]*' "$PWD/bv-$w.json")"
+        want="$(evals_of "lv-$w" | cut -d: -f1-3):cpu $(grep -o 'verify-exit=[0-9]*' "$PWD/lv-$w.json")"
+        [ "$got" = "$want" ] && same=$((same + 1)) || echo "$w: bus '$got', local '$want'"
+        "$CA" tool --episode "bv-$w" --close >/dev/null
+        "$CA" tool --episode "lv-$w" --close >/dev/null
+    done
+    assert "CPU mode: an episode's ./verify through the bus as in the episode itself (2 of $same)" [ "$same" = 2 ]
+    assert "... one passed, one failed" \
+        [ "$(grep -o 'verify-exit=[0-9]*' "$PWD/bv-cpu.json" "$PWD/bv-wrongcpu.json" | cut -d= -f2 | tr '\n' :)" = "0:1:" ]
     kill -TERM "$WCPU"
     wait "$WCPU"
 fi

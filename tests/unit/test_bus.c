@@ -6,7 +6,10 @@
 #include <string.h>
 
 #include "bus/bus_internal.h"
+#include "core/fs.h"
 #include "core/hash.h"
+#include "core/limits.h"
+#include "core/util.h"
 
 TEST(sha256_known_vectors)
 {
@@ -237,4 +240,58 @@ TEST(fake_backend_spec)
     json_decref(rep);
     atomic_store(&quit, 1);
     CHECK_EQ(bus__fake_eval("0:hang", SHA, &quit, &rep, &err), CA_ETIMEOUT);
+}
+
+/* keep_dir on the bus: the client keeps what it sends (no worker can write the caller's
+ * folders): the snapshot's files and the task as model.py, nothing else of the workspace. */
+TEST(job_from_eval_keeps_its_own_snapshot)
+{
+    struct ca_err err = {0};
+    char *task = xstrfmt("%s/tests/eval/cpu/task.py", test_repo());
+    char *ws = xstrfmt("%s/ws", test_tmpdir()), *keep = xstrfmt("%s/keep", test_tmpdir());
+    char *p = xstrfmt("%s/kernels", ws);
+    REQUIRE(fs_mkdirs(p, 0700, &err) == 0);
+    free(p);
+    p = xstrfmt("%s/model_new.py", ws);
+    REQUIRE(fs_write_atomic(p, "# new\n", 6, 0600, &err) == 0);
+    free(p);
+    p = xstrfmt("%s/kernels/k.cu", ws);
+    REQUIRE(fs_write_atomic(p, "// k\n", 5, 0600, &err) == 0);
+    free(p);
+    p = xstrfmt("%s/notes.txt", ws); /* not a writable source: not evaluated, not kept */
+    REQUIRE(fs_write_atomic(p, "n\n", 2, 0600, &err) == 0);
+    free(p);
+    struct eval_opts o = {.workspace = ws, .task_ref = task, .keep_dir = keep};
+    struct bus_job *j = NULL;
+    REQUIRE(bus_job_from_eval(&o, &j, &err) == 0);
+    bus_job_free(j);
+    struct buf got, want;
+    buf_init(&got, CA_LIMIT_TASK_BYTES);
+    buf_init(&want, CA_LIMIT_TASK_BYTES);
+    p = xstrfmt("%s/model_new.py", keep);
+    CHECK(fs_read_file(p, 1024, &got, &err) == 0 && strcmp(got.data, "# new\n") == 0);
+    free(p);
+    p = xstrfmt("%s/kernels/k.cu", keep);
+    buf_reset(&got);
+    CHECK(fs_read_file(p, 1024, &got, &err) == 0 && strcmp(got.data, "// k\n") == 0);
+    free(p);
+    p = xstrfmt("%s/model.py", keep);
+    buf_reset(&got);
+    CHECK(fs_read_file(p, CA_LIMIT_TASK_BYTES, &got, &err) == 0 &&
+          fs_read_file(task, CA_LIMIT_TASK_BYTES, &want, &err) == 0 && got.len == want.len &&
+          memcmp(got.data, want.data, got.len) == 0);
+    free(p);
+    p = xstrfmt("%s/notes.txt", keep);
+    CHECK(!fs_exists(p));
+    free(p);
+    /* A KernelBench file is not kept over the bus: refused rather than silently dropped. */
+    o = (struct eval_opts){.kernelbench_file = task, .task_ref = task, .keep_dir = keep};
+    j = NULL;
+    CHECK_EQ(bus_job_from_eval(&o, &j, &err), CA_EUSAGE);
+    CHECK(j == NULL);
+    buf_release(&got);
+    buf_release(&want);
+    free(task);
+    free(ws);
+    free(keep);
 }
