@@ -6,7 +6,8 @@
 #   it/    black-box scripts: exit 0 pass, 77 skip (reason on stdout), else fail;
 #          a script may print its own "N passed, N failed, N skipped" line to count cases
 #   py/    pytest (skipped with a reason when pytest is missing)
-#   lint/  pyflakes over the project's Python code (skipped when pyflakes is missing)
+#   lint/  pyflakes over the project's Python code (skipped when pyflakes is missing), and no
+#          merge-conflict markers in any file git tracks or would add
 #   gpu/   pytest files and scripts that need a CUDA GPU (they skip themselves)
 #
 # Environment: BUILD (default build), TESTS (a regex on test names to run a subset),
@@ -136,8 +137,28 @@ lint_python() {
     case $rc in 0) echo "$name: ok" ;; *) echo "$name: FAIL ($rc)" ;; esac
     count "$name" "$log" $rc
 }
+# Merge-conflict markers left in a tracked file (a merge once landed them in README.md and a
+# design document, and every test passed).
+lint_conflicts() {
+    local name=lint/conflict-markers log="$TMP_ROOT/conflicts.log" rc
+    want "$name" || return 0
+    if ! git -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+        echo "  skip $name: not a git checkout"
+        skipped=$((skipped + 1))
+        return 0
+    fi
+    git -C "$REPO" grep --untracked -n -I -E '^(<{7}|>{7})( |$)|^={7}$' >"$log" 2>&1
+    rc=$?
+    case $rc in
+    1) echo "$name: ok" && rc=0 ;;
+    0) echo "$name: FAIL (conflict markers)" && rc=1 ;;
+    *) echo "$name: FAIL (git grep exit $rc)" ;;
+    esac
+    count "$name" "$log" $rc
+}
 echo "== lint"
 lint_python
+lint_conflicts
 echo "== py"
 run_pytest py
 echo "== gpu"
