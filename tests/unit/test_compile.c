@@ -737,7 +737,8 @@ TEST(light_header_failures_are_told_by_a_torch_name_on_the_error)
         "  int kb_add(int a, int b) { return c; }\n\n"
         "1 error detected in the compilation of \"kernels/kb_torch_ops.cu\".\n",
         /* A torch name in a warning, or further down than the quoted lines: not this error's. */
-        "kernels/kb_x.cu:4: warning: variable \"t\" was declared but never referenced (at::Tensor)\n"
+        "kernels/kb_x.cu:4: warning: variable \"t\" was declared but never referenced "
+        "(at::Tensor)\n"
         "kernels/kb_x.cu:9: error: too few arguments in function call\n"
         "      k<<<1, 1>>>(p);\n"
         "             ^\n"
