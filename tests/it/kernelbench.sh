@@ -123,4 +123,35 @@ sys.exit(0 if cu and not any(u["split"] or u["cached"] for u in cu) else 1)' "$O
 else
     skip nvcc "--compile-only cases" "nvcc not found"
 fi
+# KernelBench's semantics under --rules kernelbench, end to end in CPU mode (found on the whole
+# leaderboard corpus): the candidate's file runs in the namespace the task's ran in (a name only
+# the task defines), and a ModelNew with parameter names of its own is built from Model's seed.
+if command -v nvcc >/dev/null 2>&1 && python3 -c 'import torch' 2>/dev/null; then
+    BT="$CA_REPO/tests/bench/cpu"
+    cp "$BT/tasks/level1/1_Swish.py" gain_task.py
+    printf '\n\nGAIN = 1.0\n' >>gain_task.py
+    python3 - "$BT/solutions/level_1_problem_1_sample_0_kernel.py" <<'PYEOF'
+import sys
+s = open(sys.argv[1]).read()
+use = s.replace("float(self.scale))", "float(self.scale * GAIN))")
+open("gain_names.py", "w").write(use)  # the task's GAIN, Model's parameter names
+own = use.replace("self.bias = nn.Parameter(torch.zeros(features))",
+                  "self.b = nn.Parameter(torch.randn(features) * 0.1)").replace(
+    "ext.swish(x, self.bias,", "ext.swish(x, self.b,")
+assert own != use and "self.b," in own
+open("gain_own.py", "w").write(own)  # and parameters of its own, drawn as Model draws them
+open("gain_wrong.py", "w").write(own.replace("GAIN))", "GAIN * 2))"))
+PYEOF
+    kbcpu() { "$CA" eval --device cpu --json --no-compile-baseline --budget-ms 20 --task gain_task.py --kernelbench-file "$@"; }
+    run kbcpu gain_own.py --rules kernelbench
+    expect "kernelbench rules: the task's names and Model's seed (correct)" 0 '"stage": "done"'
+    run kbcpu gain_wrong.py --rules kernelbench
+    expect "kernelbench rules: a wrong answer is still wrong" 1 'differ beyond'
+    run kbcpu gain_names.py
+    expect "cuda-agent rules: the task's names are not the candidate's" 1 "NameError: name 'GAIN'"
+    run kbcpu gain_own.py
+    expect "cuda-agent rules: Model's state_dict keys are required" 1 "state_dict keys differ"
+else
+    skip torch "KernelBench semantics in CPU mode" "needs nvcc and a python3 that imports torch"
+fi
 finish
