@@ -17,24 +17,12 @@ fi
 "$CA" tool --episode probe-$$ --close >/dev/null 2>&1
 . "$CA_REPO/tests/it/fake_llm.bash"
 
-python3 - "$FIX/sol" >script.json <<'PYEOF'
-import json, sys
-sol = sys.argv[1]
-read = lambda p: open(sol + "/" + p).read()
-def bash(cmd):
-    return {"tool_calls": [{"name": "Bash", "arguments": {"command": cmd, "timeout": 600000}}]}
-print(json.dumps([
-    {"tool_calls": [{"name": "Read", "arguments": {"file_path": "model_new.py"}}]},
-    {"tool_calls": [{"name": "Write", "arguments": {"file_path": "kernels/" + f, "content": read("kernels/" + f)}}
-                    for f in ("swish_cpu.cu", "swish_cpu_binding.cpp")]
-                   + [{"name": "Write", "arguments": {"file_path": "model_new.py", "content": read("model_new.py")}}]},
-    bash("./compile; echo compile-exit=$?"),
-    bash("./verify; echo verify-exit=$?"),
-    bash("./profile; echo profile-exit=$?"),
-    bash("sed -i 's/float(self.scale))/2.0)/' model_new.py && ./verify; echo broken-exit=$?"),
-    {"content": "Done (the last change was a mistake)."},
-]))
-PYEOF
+python3 "$CA_REPO/tests/it/solve_turns.py" "$FIX/sol" --bash-timeout 600000 \
+    --done "Done (the last change was a mistake)." \
+    './compile; echo compile-exit=$?' './verify; echo verify-exit=$?' \
+    './profile; echo profile-exit=$?' \
+    "sed -i 's/float(self.scale))/2.0)/' model_new.py && ./verify; echo broken-exit=\$?" \
+    >script.json
 serve script
 run "$CA" run --task "$FIX/task.py" --model test-model --base-url "$URL" --out "$PWD/out" \
     --device cpu --request-timeout 60 --json

@@ -15,18 +15,7 @@ if ! "$CA" tool --workspace "$("$CA" workspace create --task "$FIX/task.py" "$PW
 fi
 "$CA" tool --episode probe-$$ --close >/dev/null 2>&1
 . "$CA_REPO/tests/it/fake_llm.bash"
-python3 - "$FIX/sol" >script.json <<'PYEOF'
-import json, sys
-sol = sys.argv[1]
-read = lambda p: open(sol + "/" + p).read()
-print(json.dumps([
-    {"tool_calls": [{"name": "Read", "arguments": {"file_path": "model_new.py"}}]},
-    {"tool_calls": [{"name": "Write", "arguments": {"file_path": "kernels/" + f, "content": read("kernels/" + f)}}
-                    for f in ("swish_cpu.cu", "swish_cpu_binding.cpp")]
-                   + [{"name": "Write", "arguments": {"file_path": "model_new.py", "content": read("model_new.py")}}]},
-    {"content": "Done."},
-]))
-PYEOF
+python3 "$CA_REPO/tests/it/solve_turns.py" "$FIX/sol" >script.json
 serve script
 # The server from the environment (the episodes' default), not --base-url.
 OPENAI_BASE_URL=$URL run "$CA" bench run --db "$PWD/agent.sqlite" --model test-model --device cpu \

@@ -579,19 +579,8 @@ trap 'stop_server; cleanup' EXIT # fake_llm.bash's trap, and this script's
 # model NAME: the scripted model server on $PWD/NAME.json at $LLM (fake_llm.bash's serve sets URL,
 # which is Redis's here)
 model() { local bus=$URL; serve "$1"; LLM=$URL; URL=$bus; }
-"$PY" - "$FIX/sol" >"$PWD/bus_agent.json" <<'PYEOF'
-import json, sys
-sol = sys.argv[1]
-read = lambda p: open(sol + "/" + p).read()
-print(json.dumps([
-    {"tool_calls": [{"name": "Read", "arguments": {"file_path": "model_new.py"}}]},
-    {"tool_calls": [{"name": "Write", "arguments": {"file_path": "kernels/" + f, "content": read("kernels/" + f)}}
-                    for f in ("swish_cpu.cu", "swish_cpu_binding.cpp")]
-                   + [{"name": "Write", "arguments": {"file_path": "model_new.py", "content": read("model_new.py") + "# agent\n"}}]},
-    {"tool_calls": [{"name": "Bash", "arguments": {"command": "./verify; echo verify-exit=$?"}}]},
-    {"content": "Done."},
-]))
-PYEOF
+"$PY" "$CA_REPO/tests/it/solve_turns.py" "$FIX/sol" --mark agent \
+    './verify; echo verify-exit=$?' >"$PWD/bus_agent.json"
 model bus_agent
 n0=$(reqs 2>/dev/null || echo 0)
 run "$CA" run --task "$FIX/task.py" --model m --base-url "$LLM" --out "$PWD/runx" "${SANDBOX[@]}" \
