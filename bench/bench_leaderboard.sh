@@ -19,7 +19,8 @@
 # keeps it. Run from the repository root on a machine with a GPU and PyTorch; where the project
 # cannot be built, with the carried binary: bash bench/carry.sh here, then carry .carry and the
 # corpus (e.g. copied to .corpus/lb) and run BIN=.carry/cuda-agent CORPUS=.corpus/lb. Writes
-# OUT_DIR/lb.sqlite, lb.html, lb.md, events-*.jsonl, report.txt, summary.txt and summary.json.
+# OUT_DIR/lb.sqlite, lb.html, lb.md, events-*.jsonl, report.txt, summary.txt, summary.json and
+# disagreements.txt/.json (bench/lb_disagreements.py: agreement with KernelBench, by class).
 set -u
 BIN=${BIN:-build/cuda-agent}
 CORPUS=${CORPUS:-../shared/corpora/kernelbench-leaderboard}
@@ -141,5 +142,8 @@ if "resume" in s:
     print(f"  kill and resume: {s['resume']}")
 PYEOF
 cat "$OUT/report.txt"
-echo "files: $OUT/lb.html $OUT/lb.md $OUT/summary.json" >&2
+# Agreement with KernelBench's verdicts and the rank correlation, with every disagreement's class.
+python3 "$(dirname "$0")/lb_disagreements.py" "$OUT/lb.sqlite" --json "$OUT/disagreements.json" \
+    >"$OUT/disagreements.txt" && grep -v '^         ' "$OUT/disagreements.txt"
+echo "files: $OUT/lb.html $OUT/lb.md $OUT/summary.json $OUT/disagreements.txt" >&2
 exit $rc
