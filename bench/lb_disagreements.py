@@ -11,6 +11,8 @@ with KernelBench's, over all solutions and per level.
 --task-list writes the disagreeing tasks' ids, comma-separated, for `bench run --tasks` (the
 same corpus again, only those tasks: what a change to the evaluator now says of them).
 
+Exit status: 0; 1 the store holds no evaluated solution; 2 no such file, or not a bench store.
+
 Which class is a hack we catch, numerics, a rule KernelBench lacks or our defect is decided by
 reading the solutions; docs/BENCHMARKS.md holds that table for each whole-corpus run.
 """
@@ -18,6 +20,7 @@ reading the solutions; docs/BENCHMARKS.md holds that table for each whole-corpus
 import argparse
 import collections
 import json
+import os
 import re
 import sqlite3
 import sys
@@ -67,11 +70,18 @@ def main() -> int:
     p.add_argument("--json", help="also write the classes and numbers here")
     p.add_argument("--task-list", help="write the disagreeing tasks' ids here, comma-separated")
     opts = p.parse_args()
-    db = sqlite3.connect(opts.db)
-    rows = db.execute(
-        "select a.task_id, a.label, a.source, a.extra, r.verdict, r.stage, r.message, "
-        "r.speedup_eager, r.json from attempts a join reports r on r.attempt_id = a.id "
-        "where a.kind != 'missing'").fetchall()
+    if not os.path.isfile(opts.db):
+        print(f"{opts.db}: no such file", file=sys.stderr)
+        return 2
+    try:
+        db = sqlite3.connect(f"file:{opts.db}?mode=ro", uri=True)
+        rows = db.execute(
+            "select a.task_id, a.label, a.source, a.extra, r.verdict, r.stage, r.message, "
+            "r.speedup_eager, r.json from attempts a join reports r on r.attempt_id = a.id "
+            "where a.kind != 'missing'").fetchall()
+    except sqlite3.Error as e:
+        print(f"{opts.db}: not a store of `cuda-agent bench run` ({e})", file=sys.stderr)
+        return 2
     if not rows:
         print(f"no evaluated solution in {opts.db}", file=sys.stderr)
         return 1

@@ -146,6 +146,21 @@ run "$CA" bench report --json "$PWD/lb.sqlite"
 assert "leaderboard: tasks named as KernelBench's" [ "$(j "[t['name'] for t in J['tasks']]")" = "['l1_1_Swish', 'l2_1_SwishScaled', 'l2_2_SwishMissing']" ]
 assert "leaderboard: a problem without a solution failed" [ "$(j "[(t['verdict'], t['attempts'][0]['stage']) for t in J['tasks'] if t['name'] == 'l2_2_SwishMissing']")" = "[('failed', 'missing')]" ]
 assert "leaderboard: labels and KernelBench's speedups kept" [ "$(j "sorted((a['label'], a['extra']['kernelbench_speedup']) for t in J['tasks'] for a in t['attempts'] if a['extra'])")" = "[('model-a', 0.9), ('model-a', 1.3), ('model-b', 2.1)]" ]
+# bench/lb_disagreements.py over that store: agreement with KernelBench's verdicts (all correct
+# there), the disagreement's class, the tasks to run again.
+run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/lb.sqlite" --json "$PWD/lbd.json" \
+    --task-list "$PWD/lbd.txt"
+expect "lb_disagreements: 3 solutions, 2 as KernelBench scored them" 0 \
+    "3 solutions evaluated, 2 correct as KernelBench scored them (66.7%)"
+assert "lb_disagreements: the failure's class and task" grep -q "verify.*: output mismatch" "$OUT"
+assert "lb_disagreements: the task to run again" grep -q "^l2_1_SwishScaled" "$PWD/lbd.txt"
+assert "lb_disagreements: JSON" "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]));
+sys.exit(0 if d["solutions"] == 3 and d["correct"] == 2 and d["spearman"] is None else 1)' "$PWD/lbd.json"
+run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/missing.sqlite"
+expect "lb_disagreements: no such store" 2 "" "missing.sqlite: no such file"
+: >"$PWD/empty.sqlite"
+run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/empty.sqlite"
+expect "lb_disagreements: not a store" 2 "" "not a store of \`cuda-agent bench run\`"
 
 # -- --solutions in the tree layout (levelL/N_Name.py); KernelBench's own is in it/bench_cpu
 mkdir -p "$PWD/tree/level2"
