@@ -613,33 +613,27 @@ stop_server
 # environment; the episode's Bash ./verify and the evaluate tool go through the bus.
 run "$CA" serve --stdio --redis "redis://127.0.0.1:$DEAD" --root "$PWD/srvx" --tasks "$FIX/task.py" </dev/null
 expect "serve, Redis unreachable: exit 69 at the start" 69 "" "cannot reach Redis at redis://127.0.0.1:$DEAD/0"
+# The official mcp SDK's client over stdio (as tests/py/test_serve.py), not a client of our own.
 "$PY" - "$CA" "$URL" "$PWD/srv" "$FIX/task.py" "${SANDBOX[@]}" >"$PWD/serve_bus.json" 2>"$PWD/serve_bus.err" <<'PYEOF'
-import json, subprocess, sys
+import asyncio, json, os, sys
+from mcp import Client, StdioServerParameters
 ca, url, root, tasks = sys.argv[1:5]
-env = {k: v for k, v in __import__("os").environ.items() if k != "CUDA_AGENT_REDIS"}
-p = subprocess.Popen([ca, "serve", "--stdio", "--redis", url, "--root", root, "--tasks", tasks]
-                     + sys.argv[5:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-n = 0
-def call(method, params=None, notify=False):
-    global n
-    n += 1
-    msg = {"jsonrpc": "2.0", "method": method, "params": params or {}}
-    if not notify:
-        msg["id"] = n
-    p.stdin.write(json.dumps(msg) + "\n")
-    p.stdin.flush()
-    return None if notify else json.loads(p.stdout.readline())
-call("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}})
-call("notifications/initialized", notify=True)
-tool = lambda name, args: call("tools/call", {"name": name, "arguments": args})["result"]
-task = tool("list_tasks", {})["structuredContent"]["tasks"][0]["id"]
-ep = tool("start_episode", {"task": task})["structuredContent"]["episode_id"]
-bash = tool("Bash", {"episode_id": ep, "command": "./verify; echo verify-exit=$?"})
-ev = tool("evaluate", {"episode_id": ep, "stage": "verify"})
-tool("finish", {"episode_id": ep, "final_eval": False})
-p.stdin.close()
-p.wait()
-print(json.dumps({"episode": ep, "bash": bash, "evaluate": ev}))
+env = {k: v for k, v in os.environ.items() if k != "CUDA_AGENT_REDIS"}
+params = StdioServerParameters(command=ca, args=["serve", "--stdio", "--redis", url, "--root", root,
+                                                 "--tasks", tasks] + sys.argv[5:], env=env)
+
+async def main():
+    async with Client(params, read_timeout_seconds=600) as c:
+        tool = lambda name, args: c.call_tool(name, args)
+        task = (await tool("list_tasks", {})).structured_content["tasks"][0]["id"]
+        ep = (await tool("start_episode", {"task": task})).structured_content["episode_id"]
+        bash = await tool("Bash", {"episode_id": ep, "command": "./verify; echo verify-exit=$?"})
+        ev = await tool("evaluate", {"episode_id": ep, "stage": "verify"})
+        await tool("finish", {"episode_id": ep, "final_eval": False})
+        return {"episode": ep, "bash": {"content": [{"text": bash.content[0].text}]},
+                "evaluate": {"structuredContent": ev.structured_content}}
+
+print(json.dumps(asyncio.run(main())))
 PYEOF
 assert "serve --redis: the episode ran ($(head -c 300 "$PWD/serve_bus.err"))" \
     [ -n "$(py "$PWD/serve_bus.json" 'J["episode"]')" ]
