@@ -382,12 +382,17 @@ class Runner:
 
     def build_model(self, k: int) -> Any:
         """ModelNew built from the job's model k (0: the task's own init inputs; others: those
-        of an extra shape that changes them) with Model's state_dict loaded (strict)."""
+        of an extra shape that changes them) with Model's state_dict loaded (strict). Under
+        KernelBench's rules it is built after the seed Model was built from, and keeps its own
+        parameters where its names or shapes differ from Model's (KernelBench's semantics)."""
         files = (self.job.get("models") or [{}])[k]
         at = "" if not k else f" (model {k}, for an extra shape of the task)"
+        seed = files.get("init_seed")
+        if not isinstance(seed, int) or self.job.get("rules") != "kernelbench":
+            seed = None
         self.stage("build")
         init_inputs = torch.load(files.get("init_inputs", "init_inputs.pt"), weights_only=True)
-        torch.manual_seed(0)
+        torch.manual_seed(0 if seed is None else seed)
         try:
             model = self.model_cls(*init_inputs)
         except BaseException as exc:  # noqa: BLE001
@@ -404,12 +409,8 @@ class Runner:
             raise _fail_from(exc, "state_dict", f"ModelNew.state_dict() raised{at}")
         missing = [k for k in state if k not in theirs]
         unexpected = [k for k in theirs if k not in state]
-        # Under KernelBench's rules every model carries the seed its Model was built from.
-        seed = files.get("init_seed")
-        if not isinstance(seed, int) or self.job.get("rules") != "kernelbench":
-            seed = None
         if (missing or unexpected) and seed is not None:
-            return self.build_from_seed(init_inputs, seed, at)
+            return self.on_device(model, at)  # built from the seed already
         if missing or unexpected:
             raise Failure("state_dict",
                           "state_dict keys differ from Model's: "
@@ -420,23 +421,22 @@ class Runner:
         try:
             model.load_state_dict(state, strict=True)
         except BaseException as exc:  # noqa: BLE001
-            if seed is not None:  # the same names, other shapes (a [C] bias kept as [C, 1, 1])
-                return self.build_from_seed(init_inputs, seed, at)
-            raise _fail_from(exc, "state_dict", f"loading Model's state_dict failed{at}")
+            if seed is None:
+                raise _fail_from(exc, "state_dict", f"loading Model's state_dict failed{at}")
+            # The same names, other shapes (a [C] bias kept as [C, 1, 1]): built again from
+            # the seed, since a failed load may have copied some of Model's tensors already.
+            torch.manual_seed(seed)
+            try:
+                model = self.model_cls(*init_inputs)
+            except BaseException as exc2:  # noqa: BLE001
+                raise _fail_from(exc2, "build", f"ModelNew(*get_init_inputs()) raised{at}")
+        return self.on_device(model, at)
+
+    def on_device(self, model: Any, at: str) -> Any:
         try:
             return model.to(self.device).eval()
         except BaseException as exc:  # noqa: BLE001
             raise _fail_from(exc, "build", f"moving ModelNew to the device failed{at}")
-
-    def build_from_seed(self, init_inputs: list[Any], seed: int, at: str) -> Any:
-        """KernelBench's semantics: ModelNew built from the seed Model was built from, with
-        its own parameters (their names and layout are the candidate's business there)."""
-        torch.manual_seed(seed)
-        try:
-            model = self.model_cls(*init_inputs)
-            return model.to(self.device).eval()
-        except BaseException as exc:  # noqa: BLE001
-            raise _fail_from(exc, "build", f"ModelNew(*get_init_inputs()) raised{at}")
 
     def model_for(self, i: int) -> Any:
         """The model input set i runs on: the task's own, or (an extra shape whose sizes change

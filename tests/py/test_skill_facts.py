@@ -36,9 +36,14 @@ def test_models_run_in_eval_mode():
 
     m, _ = ev.model_at(Task, [], {"n": 1}, torch.device("cpu"))
     assert not m.training and not m.bn.training and not m.drop.training
-    # the candidate side: both ways it builds ModelNew end in .eval()
+    # the candidate side: every way it builds ModelNew (Model's state_dict loaded, or under
+    # KernelBench's rules its own parameters from the seed) ends in .eval(), in on_device
     src = (ROOT / "harness" / "candidate.py").read_text()
-    assert src.count(".to(self.device).eval()") >= 2
+    build = src[src.index("    def build_model("):src.index("    def on_device(")]
+    returns = [ln.strip() for ln in build.splitlines() if ln.strip().startswith("return ")]
+    assert len(returns) >= 2 and all(r.startswith("return self.on_device(") for r in returns)
+    on_device = src[src.index("    def on_device("):]
+    assert "return model.to(self.device).eval()" in on_device.split("\n    def ")[0]
 
 
 @pytest.mark.parametrize("setter", [ev.set_precision, candidate.set_precision]
