@@ -13,7 +13,7 @@ cuda source changed (the agent's next attempt), and the same again unchanged. Pr
 evaluation, then per case the median wall time of each way and their ratio, and writes every
 JSON report under OUT_DIR.
 
-  python3 bench/kb_compile.py [CUDA_AGENT_BINARY] [OUT_DIR] [--full] [--corpus N] [FILE:TASK...]
+  python3 bench/kb_compile.py [CUDA_AGENT_BINARY] [OUT_DIR] [--full] [--service] [--corpus N] [FILE:TASK...]
 
 Run from the repository root, with $CUDA_AGENT_PYTHON (default python3) importing PyTorch.
 Default files: examples/kernelbench/*.py against examples/tasks, and the first N (default 6) of
@@ -25,6 +25,11 @@ flags come from $EVAL_FLAGS (e.g. --no-sandbox). Under the default rule set most
 solutions stop at the policy (launches without a stream, torch::zeros outputs): when the binary
 has no --rules kernelbench, their copies get the current stream in each launch and torch::empty
 for zeros, which changes what they compute but not what the compile costs.
+
+With --service each way gets an evaluator service of its own (`cuda-agent evaluator`, its
+cache, CUDA_AGENT_COMPILE_SPLIT set at its start) and every evaluation goes through it
+(`eval --server`): the wall time an agent or a bench client sees, with the harness warm, rather
+than a one-shot evaluation that starts PyTorch cold each time.
 """
 
 import ast
@@ -125,11 +130,45 @@ def policy_clean(text):
 class Bench:
     def __init__(self, binary, out, full):
         self.binary, self.out, self.full = binary, out, full
+        self.sockets = {}  # way -> the socket of its evaluator service (--service)
+        self.services = []
         self.extra = shlex.split(os.environ.get("EVAL_FLAGS", ""))
         self.rules = self.has_kernelbench_rules()
         self.work = tempfile.mkdtemp(prefix="kb-compile-")
         self.results = {}  # (file, way, case) -> wall seconds
         self.counter = 0
+
+    def way_env(self, way, split):
+        env = dict(os.environ)
+        env["CUDA_AGENT_COMPILE_SPLIT"] = split
+        env["CUDA_AGENT_CACHE_DIR"] = os.path.join(self.out, "cache-" + way)
+        return env
+
+    def start_service(self, way, split):
+        """One evaluator service for this way; returns once its socket is up."""
+        sock = os.path.join(tempfile.mkdtemp(prefix="kb-svc-"), "eval.sock")
+        log = open(os.path.join(self.out, "service-%s.log" % way), "w")
+        cmd = [self.binary, "evaluator", "--socket", sock, "--prewarm", "2"] + shlex.split(os.environ.get("EVAL_SERVICE_FLAGS", ""))
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=self.way_env(way, split))
+        self.services.append(proc)
+        while not os.path.exists(sock):
+            if proc.poll() is not None:
+                raise SystemExit("the %s evaluator service did not start (exit %d): see %s" % (way, proc.returncode, log.name))
+            if time.monotonic() - t0 > 300:
+                raise SystemExit("the %s evaluator service did not start within 300 s: see %s" % (way, log.name))
+            time.sleep(0.1)
+        print("service %-5s ready in %.1f s" % (way, time.monotonic() - t0))
+        self.sockets[way] = sock
+
+    def stop(self):
+        for proc in self.services:
+            proc.terminate()
+        for proc in self.services:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
     def has_kernelbench_rules(self):
         help_text = subprocess.run([self.binary, "eval", "--help"], capture_output=True, text=True).stdout
@@ -140,10 +179,10 @@ class Bench:
         return "%d-%d" % (time.time_ns(), self.counter)
 
     def evaluate(self, label, way, split, task, path):
-        env = dict(os.environ)
-        env["CUDA_AGENT_COMPILE_SPLIT"] = split
-        env["CUDA_AGENT_CACHE_DIR"] = os.path.join(self.out, "cache-" + way)
+        env = self.way_env(way, split)
         cmd = [self.binary, "eval", "--json"] + self.extra
+        if way in self.sockets:
+            cmd += ["--server", self.sockets[way]]
         if not self.full:
             cmd.append("--compile-only")
         if self.rules:
@@ -269,7 +308,18 @@ def main(argv):
     binary = os.path.abspath(args[0]) if args else os.path.abspath("build/cuda-agent")
     out = os.path.abspath(args[1]) if len(args) > 1 else "/tmp/kb-compile"
     os.makedirs(out, exist_ok=True)
+    Bench.corpus_n = n
     bench = Bench(binary, out, full)
+    try:
+        if "--service" in argv:
+            for way, split in WAYS:
+                bench.start_service(way, split)
+        run(bench, args)
+    finally:
+        bench.stop()
+
+
+def run(bench, args):
     files = []
     for spec in args[2:]:
         path, task = spec.split(":", 1)
@@ -280,13 +330,13 @@ def main(argv):
             if fn.endswith(".py"):
                 with open(os.path.join("examples/kernelbench", fn)) as f:
                     files.append((fn[:-3], os.path.join("examples/tasks", fn), f.read()))
-        print("rules: %s; mode: %s; machine: %d CPUs" % ("kernelbench" if bench.rules else "cuda-agent (corpus copies made policy-clean)", "full evaluation" if full else "--compile-only", os.cpu_count()))
-        files += corpus_files(n, bench)
+        print("rules: %s; mode: %s%s; machine: %d CPUs" % ("kernelbench" if bench.rules else "cuda-agent (corpus copies made policy-clean)", "full evaluation" if bench.full else "--compile-only", " through an evaluator service per way" if bench.sockets else " (one-shot)", os.cpu_count()))
+        files += corpus_files(bench.corpus_n, bench)
     bench.warm_up(files[0][1], files[0][2])
     for name, task, text in files:
         bench.run_file(name, task, text)
     bench.summary([f[0] for f in files])
-    print("\nreports: %s" % out)
+    print("\nreports: %s" % bench.out)
 
 
 if __name__ == "__main__":
