@@ -61,7 +61,17 @@ int eval_cache_root(const struct eval_opts *o, struct buf *out, struct ca_err *e
                           : fs_cache_dir(out, NULL, err);
     if (rc == CA_ETOOBIG)
         return err_setf(err, rc, "cache path too long");
-    return rc ? rc : fs_mkdirs(out->data, 0700, err);
+    if (rc || (rc = fs_mkdirs(out->data, 0700, err)))
+        return rc;
+    /* Absolute: the harness runs in a directory of its own, where a relative cache path
+     * (--cache-dir runs/cache, CUDA_AGENT_CACHE_DIR=cache) would name nothing. */
+    char *real = realpath(out->data, NULL);
+    if (!real)
+        return err_setf(err, -errno, "cache directory '%s': %s", out->data, strerror(errno));
+    buf_reset(out);
+    rc = buf_addstr(out, real);
+    free(real);
+    return rc ? err_setf(err, CA_ETOOBIG, "cache path too long") : 0;
 }
 
 /* The compile options of an evaluation: the compile cache lives under the same root, so

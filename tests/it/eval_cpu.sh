@@ -51,6 +51,15 @@ expect "the main job's summary: the workspace, verification passed" 0 "  verify 
 assert "the main job's summary: reward, isolation, where to go next" \
     grep -qzE 'MANIFEST.json.*  reward    [123]: .*  isolation (sandbox|NO sandbox): .*where to go next' "$OUT"
 
+# A relative cache directory (the test cache named from its parent): the harness runs in a
+# directory of its own, so the evaluator must make the path absolute (the GPU suite found
+# "can't open file 'runs/gpu/work/cache/harness-.../evaluate.py'" with CA_GPU_WORK=runs/gpu/work).
+cache_parent=$(dirname "$CUDA_AGENT_CACHE_DIR") cache_name=$(basename "$CUDA_AGENT_CACHE_DIR")
+run env -C "$cache_parent" CUDA_AGENT_CACHE_DIR="$cache_name" "$CA" eval --device cpu --json "$PWD/good"
+expect "a relative CUDA_AGENT_CACHE_DIR: the evaluation passes" 0 '"stage": "done"'
+run env -C "$cache_parent" "$CA" eval --device cpu --cache-dir "./$cache_name" --json "$PWD/good"
+expect "a relative --cache-dir: the evaluation passes" 0 '"stage": "done"'
+
 # -- the service
 run "$CA" evaluator --device cpu --gpus 0;        expect "--gpus needs cuda" 2 "" "--gpus"
 run "$CA" evaluator --device tpu;                  expect "bad --device" 2 "" "--device"
