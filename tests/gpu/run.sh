@@ -6,15 +6,18 @@
 #   env: CA_BIN (the binary, default build/cuda-agent), GPU_SUITE_TIMEOUT (540 s for the whole
 #        run: a lane still running then gets SIGINT, so pytest prints what failed),
 #        ADVERSARIAL (1; 0 leaves out test_adversarial.py and test_skill_facts.py),
+#        GPU_LANES (the lanes to run, below; default all),
 #        PYTHON (python3),
 #        CUDA_VISIBLE_DEVICES (the GPUs to use; default every GPU)
 #
-# The files run in four pytest processes, in two phases, sharing one work directory
+# The files run in six pytest processes, in two phases, sharing one work directory
 # ($CA_GPU_WORK, tests/gpu/conftest.py: one compile cache for the CLI tests, one
-# torch.utils.cpp_extension build per example solution):
-#   phase 1, side by side (compile-bound; verdicts that do not rest on time):
-#     build: test_arena_ipc.py test_solutions.py test_harness_gpu.py -m 'not timing'
-#     cli:   test_kernelbench.py test_legit.py test_workspace_eval.py
+# torch.utils.cpp_extension build per example solution, locked while it is built):
+#   phase 1, side by side (compile-bound; verdicts that do not rest on time), four lanes:
+#     solutions:   test_arena_ipc.py test_solutions.py
+#     harness:     test_harness_gpu.py -m 'not timing'
+#     kernelbench: test_kernelbench.py test_workspace_eval.py
+#     legit:       test_legit.py
 #   phase 2, the GPU to itself, one after the other:
 #     adversarial: test_adversarial.py and test_skill_facts.py (one evaluator service for both,
 #                  several evaluations at once; each case evaluated once for the two files)
@@ -24,6 +27,10 @@
 # that a run cut by its time limit has them; timing needs phase 1's builds). With two GPUs or
 # more, phase 2 runs on the second GPU (and the second half of the CPUs) while phase 1 runs on
 # the first, so no timed work shares a GPU with other work.
+# On one H100 (16 cores) phase 1 took 368 s as two lanes (its longest, solutions and harness
+# together, now two lanes), the adversarial lane 152 s: docs/BENCHMARKS.md, "The GPU suite".
+# GPU_LANES (default: every lane) names the lanes to run, e.g. "adversarial kernelbench legit"
+# in one device call and "solutions harness timing" in another where one call is too short.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-$(mktemp -d "${TMPDIR:-/tmp}/ca-gpu-XXXXXX")}
@@ -61,11 +68,23 @@ lane() {
         >"$OUT/$name.log" 2>&1
     echo "$name rc=$?" >>"$OUT/status"
 }
+for l in ${GPU_LANES:-}; do
+    case $l in solutions | harness | kernelbench | legit | adversarial | timing) ;;
+    *) echo "run.sh: unknown lane '$l' in GPU_LANES (solutions harness kernelbench legit adversarial timing)" >&2
+       exit 2 ;;
+    esac
+done
+want() { case " ${GPU_LANES:-solutions harness kernelbench legit adversarial timing} " in
+    *" $1 "*) return 0 ;; esac; return 1; }
+# lane_if NAME ...: the lane when GPU_LANES names it, else "NAME rc=skipped".
+lane_if() {
+    if want "$1"; then lane "$@"; else echo "$1 rc=skipped" >>"$OUT/status"; fi
+}
 phase1() {
-    lane build "$1" "$2" tests/gpu/test_arena_ipc.py tests/gpu/test_solutions.py \
-        tests/gpu/test_harness_gpu.py -m 'not timing' &
-    lane cli "$1" "$2" tests/gpu/test_kernelbench.py tests/gpu/test_legit.py \
-        tests/gpu/test_workspace_eval.py &
+    lane_if solutions "$1" "$2" tests/gpu/test_arena_ipc.py tests/gpu/test_solutions.py &
+    lane_if harness "$1" "$2" tests/gpu/test_harness_gpu.py -m 'not timing' &
+    lane_if kernelbench "$1" "$2" tests/gpu/test_kernelbench.py tests/gpu/test_workspace_eval.py &
+    lane_if legit "$1" "$2" tests/gpu/test_legit.py &
     wait
 }
 adversarial() {
@@ -73,7 +92,7 @@ adversarial() {
         echo "adversarial rc=skipped" >>"$OUT/status"
         return
     fi
-    lane adversarial "$1" "$2" tests/gpu/test_adversarial.py tests/gpu/test_skill_facts.py
+    lane_if adversarial "$1" "$2" tests/gpu/test_adversarial.py tests/gpu/test_skill_facts.py
 }
 : >"$OUT/status"
 if [ ${#gpus[@]} -ge 2 ]; then
@@ -81,22 +100,24 @@ if [ ${#gpus[@]} -ge 2 ]; then
     # The timing lane needs the extensions phase 1 builds: it waits for them.
     (
         adversarial "${gpus[1]}" "$cpus_b"
-        while ! grep -q '^build ' "$OUT/status"; do sleep 2; done
-        lane timing "${gpus[1]}" "$cpus_b" $TIMING_FILES -m timing
+        while ! { grep -q '^solutions ' "$OUT/status" && grep -q '^harness ' "$OUT/status"; }; do
+            sleep 2
+        done
+        lane_if timing "${gpus[1]}" "$cpus_b" $TIMING_FILES -m timing
     ) &
     wait
 else
     # The reward-hack verdicts first: a run cut by its time limit has them.
     adversarial "${gpus[0]}" "$cpus"
     phase1 "${gpus[0]}" "$cpus"
-    lane timing "${gpus[0]}" "$cpus" $TIMING_FILES -m timing
+    lane_if timing "${gpus[0]}" "$cpus" $TIMING_FILES -m timing
 fi
 
 passed=0 failed=0 skipped=0
-for name in build cli adversarial timing; do
+for name in adversarial solutions harness kernelbench legit timing; do
     log=$OUT/$name.log
     if grep -q "^$name rc=skipped" "$OUT/status"; then
-        echo "$name: not run (ADVERSARIAL=0)"
+        echo "$name: not run (GPU_LANES or ADVERSARIAL=0)"
         continue
     fi
     line=$(grep -E '[0-9]+ (passed|failed|skipped|errors?|deselected)' "$log" 2>/dev/null |
