@@ -6,7 +6,11 @@ under the class its report gives (stage, failure kind, the kind of input set it 
 first words of the message), then agreement and the rank correlation of our speedups over eager
 with KernelBench's, over all solutions and per level.
 
-  python3 bench/lb_disagreements.py OUT_DIR/lb.sqlite [--json FILE] [--task-list FILE]
+  python3 bench/lb_disagreements.py OUT_DIR/lb.sqlite [RERUN/lb.sqlite ...] [--json FILE]
+      [--task-list FILE]
+
+With several stores, a later one's verdict on a solution (task and label) replaces an earlier
+one's: the whole corpus as it stands after a rerun of some of its tasks (`--tasks`).
 
 --task-list writes the disagreeing tasks' ids, comma-separated, for `bench run --tasks` (the
 same corpus again, only those tasks: what a change to the evaluator now says of them).
@@ -66,24 +70,29 @@ def classify(report: dict, stage: str, message: str) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("db")
+    p.add_argument("db", nargs="+", help="stores of `bench run`; later ones override")
     p.add_argument("--json", help="also write the classes and numbers here")
     p.add_argument("--task-list", help="write the disagreeing tasks' ids here, comma-separated")
     opts = p.parse_args()
-    if not os.path.isfile(opts.db):
-        print(f"{opts.db}: no such file", file=sys.stderr)
-        return 2
-    try:
-        db = sqlite3.connect(f"file:{opts.db}?mode=ro", uri=True)
-        rows = db.execute(
-            "select a.task_id, a.label, a.source, a.extra, r.verdict, r.stage, r.message, "
-            "r.speedup_eager, r.json from attempts a join reports r on r.attempt_id = a.id "
-            "where a.kind != 'missing'").fetchall()
-    except sqlite3.Error as e:
-        print(f"{opts.db}: not a store of `cuda-agent bench run` ({e})", file=sys.stderr)
-        return 2
+    latest: dict[tuple[str, str], tuple] = {}  # (task, label) -> row, the last store's
+    for path in opts.db:
+        if not os.path.isfile(path):
+            print(f"{path}: no such file", file=sys.stderr)
+            return 2
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            for row in db.execute(
+                    "select a.task_id, a.label, a.source, a.extra, r.verdict, r.stage, r.message, "
+                    "r.speedup_eager, r.json from attempts a join reports r on r.attempt_id = a.id "
+                    "where a.kind != 'missing'"):
+                latest[(row[0], row[1])] = row
+            db.close()
+        except sqlite3.Error as e:
+            print(f"{path}: not a store of `cuda-agent bench run` ({e})", file=sys.stderr)
+            return 2
+    rows = list(latest.values())
     if not rows:
-        print(f"no evaluated solution in {opts.db}", file=sys.stderr)
+        print(f"no evaluated solution in {', '.join(opts.db)}", file=sys.stderr)
         return 1
     classes: dict[str, list[str]] = collections.defaultdict(list)
     failed_tasks: set[str] = set()

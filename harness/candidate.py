@@ -56,6 +56,7 @@ if not sys.path or os.path.abspath(sys.path[0]) != _HERE:
 import timing  # noqa: E402  (must precede every other project import)
 import harness_util as hu  # noqa: E402
 import arena as ar  # noqa: E402
+import model_state  # noqa: E402
 
 import argparse  # noqa: E402
 import ctypes  # noqa: E402
@@ -434,9 +435,11 @@ class Runner:
 
     def on_device(self, model: Any, at: str) -> Any:
         try:
-            return model.to(self.device).eval()
+            model = model.to(self.device).eval()
         except BaseException as exc:  # noqa: BLE001
             raise _fail_from(exc, "build", f"moving ModelNew to the device failed{at}")
+        model_state.as_built(model)  # the state each verified forward starts from
+        return model
 
     def model_for(self, i: int) -> Any:
         """The model input set i runs on: the task's own, or (an extra shape whose sizes change
@@ -507,6 +510,7 @@ class Runner:
         if fresh:
             args = self.at_timed_addresses(args)
         _poison(self.device, self.job.get("poison_bytes", []), self.job.get("poison"))
+        model_state.as_built(model)
         t0 = _perf_counter()
         try:
             with torch.no_grad():

@@ -80,7 +80,7 @@ class Sandbox:
 
 _runtime_lock = threading.Lock()
 _runtime_dir: str | None = None
-RUNTIME_FILES = ("candidate.py", "timing.py", "harness_util.py", "arena.py")
+RUNTIME_FILES = ("candidate.py", "timing.py", "harness_util.py", "arena.py", "model_state.py")
 
 
 def runtime_dir() -> str:

@@ -34,6 +34,7 @@ import harness_util as hu  # noqa: E402
 import arena as ar  # noqa: E402
 import candidate_proc as cp  # noqa: E402
 import memplan  # noqa: E402
+import model_state  # noqa: E402
 import quality  # noqa: E402
 from evalbase import (  # noqa: E402,F401
     is_oom, EvalError, Log, secret_seed, task_call, as_list, set_precision, nbytes)
@@ -531,6 +532,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         torch.manual_seed(init_seed)
         model = task_call("Model(*get_init_inputs())", lambda: task.Model(*init_inputs))
         model = task_call("moving Model to the device", lambda: model.to(device).eval())
+        model_state.as_built(model)  # each reference forward starts from this state
         state = cpu_state(model)
         state_bytes = sum(nbytes(v) for v in state.values())
         # One more random set when timing: checked after the timing runs, so that a candidate
@@ -599,6 +601,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                 s.materialize()
         sets = validate_derived(task, sets, model, device, log)
         try:
+            model_state.as_built(model)  # the float64 copy starts as built too
             model64: torch.nn.Module | None = copy.deepcopy(model).double()
             why64_model = None
         except Exception as exc:
@@ -690,6 +693,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         why64 = why64_model
         for k, m in enumerate(extra_models, start=1):
             try:
+                model_state.as_built(m)
                 models64[k] = copy.deepcopy(m).double()
             except Exception as exc:
                 if is_oom(exc):

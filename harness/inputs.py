@@ -18,6 +18,7 @@ import torch
 
 import harness_util as hu
 import memplan
+import model_state
 from evalbase import (
     is_oom,
     EvalError, Log, as_list, clone_arg, count_changed, nbytes, same_values, secret_seed,
@@ -773,6 +774,7 @@ def compute_reference(model: torch.nn.Module, s: InputSet, device: torch.device)
     """Fills s.ref and s.ref_mutated; returns the forward's own peak device memory above its
     arguments (its outputs and temporaries; 0 on the CPU)."""
     args = [x.to(device, copy=True) if isinstance(x, torch.Tensor) else x for x in s.orig]
+    model_state.as_built(model)
     base = memplan.forward_peak_begin(device)
     with torch.no_grad():
         out = task_call(f"Model.forward on input set {s.index}", lambda: model(*args))
@@ -801,6 +803,7 @@ def compute_reference64(model64: torch.nn.Module | None, s: InputSet,
     args = [x.to(device, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
             else (x.to(device, copy=True) if isinstance(x, torch.Tensor) else x)
             for x in s.orig]
+    model_state.as_built(model64)
     try:
         with torch.no_grad():
             out = model64(*args)

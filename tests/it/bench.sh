@@ -156,6 +156,23 @@ assert "lb_disagreements: the failure's class and task" grep -q "verify.*: outpu
 assert "lb_disagreements: the task to run again" grep -q "^l2_1_SwishScaled" "$PWD/lbd.txt"
 assert "lb_disagreements: JSON" "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]));
 sys.exit(0 if d["solutions"] == 3 and d["correct"] == 2 and d["spearman"] is None else 1)' "$PWD/lbd.json"
+# A rerun's store over the first: its verdict on a solution replaces the first store's (here a
+# copy where the failing solution was made correct, as a fixed evaluator would say).
+"$PY" - "$PWD/lb.sqlite" "$PWD/lb2.sqlite" <<'PYEOF'
+import shutil, sqlite3, sys
+shutil.copy(sys.argv[1], sys.argv[2])
+db = sqlite3.connect(sys.argv[2])
+db.execute("update reports set verdict = 'correct' where verdict != 'correct'")
+db.commit()
+PYEOF
+run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/lb.sqlite" "$PWD/lb2.sqlite"
+expect "lb_disagreements: a later store's verdicts replace an earlier one's" 0 \
+    "3 solutions evaluated, 3 correct as KernelBench scored them (100.0%)"
+run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/lb2.sqlite" "$PWD/lb.sqlite"
+expect "lb_disagreements: in the order given" 0 \
+    "3 solutions evaluated, 2 correct as KernelBench scored them (66.7%)"
+run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/lb.sqlite" "$PWD/missing.sqlite"
+expect "lb_disagreements: a missing second store" 2 "" "missing.sqlite: no such file"
 run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/missing.sqlite"
 expect "lb_disagreements: no such store" 2 "" "missing.sqlite: no such file"
 : >"$PWD/empty.sqlite"

@@ -157,3 +157,35 @@ def test_the_reference_module_names_are_visible_under_kernelbench(tmp_path):
     run = evaluate(tmp_path, task=task, new=model_new(body), args=["--no-timing"])
     assert_failed(run, "exception")
     assert "NameError: name 'helper'" in run.failure["message"], run
+
+
+# -- a reference with state -------------------------------------------------------------------
+
+STATEFUL_TASK = TASK.replace(
+    '        self.register_buffer("bias", torch.randn(features))\n',
+    '        self.register_buffer("bias", torch.randn(features))\n'
+    '        self.hidden = torch.randn(features)\n').replace(
+    "        return torch.tanh(x * self.weight) * self.scale + self.bias\n",
+    "        self.hidden = self.hidden.to(x.device)\n"
+    "        out = torch.tanh(x * self.weight + self.hidden) * self.scale + self.bias\n"
+    "        self.hidden = torch.tanh(out.mean(0))\n"
+    "        return out\n")
+STATEFUL_NEW = STATEFUL_TASK.replace("class Model(", "class ModelNew(").replace(
+    "import torch.nn as nn\n", "import torch.nn as nn\nimport cuda_extension  # noqa: F401\n")
+
+
+def test_a_reference_with_state_gets_its_state_as_built_for_every_set(tmp_path):
+    # KernelBench's VanillaRNN keeps its hidden state in a plain attribute and replaces it in
+    # every forward. The evaluator calls the reference more often than the candidate (its
+    # peak on set 0, value-stress scales), so set 1 on met another state on each side and a
+    # faithful solution failed. Every forward of either now starts from the state the model
+    # was built with.
+    assert "self.hidden = torch.tanh" in STATEFUL_TASK
+    run = evaluate(tmp_path, task=STATEFUL_TASK, new=STATEFUL_NEW, args=[*KB, "--no-timing"])
+    assert run.rc == 0 and run.result["ok"], run
+    assert len(run.result["verification"]["sets"]) >= 3, run
+    # A hidden state of other values is still a mismatch.
+    other = STATEFUL_NEW.replace("self.hidden = torch.randn(features)",
+                                 "self.hidden = torch.randn(features) + 1")
+    run = evaluate(tmp_path, task=STATEFUL_TASK, new=other, args=[*KB, "--no-timing"])
+    assert_failed(run, "mismatch")
