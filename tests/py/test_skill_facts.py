@@ -43,7 +43,8 @@ def test_models_run_in_eval_mode():
     returns = [ln.strip() for ln in build.splitlines() if ln.strip().startswith("return ")]
     assert len(returns) >= 2 and all(r.startswith("return self.on_device(") for r in returns)
     on_device = src[src.index("    def on_device("):]
-    assert "return model.to(self.device).eval()" in on_device.split("\n    def ")[0]
+    body = on_device.split("\n    def ")[0]
+    assert "model = model.to(self.device).eval()" in body and body.rstrip().endswith("return model")
 
 
 @pytest.mark.parametrize("setter", [ev.set_precision, candidate.set_precision]
