@@ -24,7 +24,8 @@ OUT/load_rewards.json.
 
   python3 bench/load_rewards.py [--bin .carry/cuda-agent] [--out /tmp/load-rewards]
       [--repeats 10] [--load 8] [--load-mode compile|full] [--subjects a,b,...]
-      [--budget-ms 500] [--time-budget 510] [--prewarm 8] [--cpu-split SPEC]
+      [--budget-ms 500] [--timing events|device] [--time-budget 510] [--prewarm 8]
+      [--cpu-split SPEC]
       [--keep-baselines] [--service-flags "..."]
 
 Run from the repository root on the GPU machine (after `bash bench/carry.sh` here). The time
@@ -312,6 +313,9 @@ def main() -> int:
     ap.add_argument("--load-mode", choices=("compile", "full"), default="compile")
     ap.add_argument("--subjects", help="comma-separated subset (default: all)")
     ap.add_argument("--budget-ms", type=int, default=500)
+    ap.add_argument("--timing", choices=("events", "device"), default="events",
+                    help="the measured evaluations' timing method (eval --timing); run the "
+                         "script once with each, in one device call, to compare them")
     ap.add_argument("--time-budget", type=float, default=510.0, help="seconds, all included")
     ap.add_argument("--prewarm", type=int, default=8)
     ap.add_argument("--cpu-split", help="the service's --cpu-split (e.g. off, to compare)")
@@ -320,6 +324,7 @@ def main() -> int:
     ap.add_argument("--service-flags", default="", help="extra flags for cuda-agent evaluator")
     args = ap.parse_args()
     t_start = time.monotonic()
+    timing_args = ("--timing", args.timing)
     left = lambda: args.time_budget - (time.monotonic() - t_start)  # noqa: E731
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -327,8 +332,8 @@ def main() -> int:
     ca = os.path.abspath(args.bin)
     names = args.subjects.split(",") if args.subjects else None
     subjects = make_subjects(ca, work, names)
-    log(f"subjects: {', '.join(subjects)}; repeats {args.repeats}, load {args.load} "
-        f"({args.load_mode}), budget {args.budget_ms} ms per timing, "
+    log(f"subjects: {', '.join(subjects)}; repeats {args.repeats}, timing {args.timing}, "
+        f"load {args.load} ({args.load_mode}), budget {args.budget_ms} ms per timing, "
         f"{args.time_budget:.0f} s in all; {os.cpu_count()} CPUs")
 
     svc = Service(ca, out, args)
@@ -347,7 +352,7 @@ def main() -> int:
         threads, warm = [], {}
 
         def warm_one(n, target):
-            warm[n] = evaluate(ca, svc.sock, target, args.budget_ms)
+            warm[n] = evaluate(ca, svc.sock, target, args.budget_ms, timing_args)
 
         for n, target in subjects.items():
             threads.append(threading.Thread(target=warm_one, args=(n, target)))
@@ -375,7 +380,7 @@ def main() -> int:
             for _ in range(args.repeats):
                 if not args.keep_baselines:
                     clear_baselines(svc.cache)
-                recs.append(evaluate(ca, svc.sock, target, args.budget_ms))
+                recs.append(evaluate(ca, svc.sock, target, args.budget_ms, timing_args))
             idle[n] = recs
             per_eval = med([r["wall_s"] for rs in idle.values() for r in rs])
             r0 = recs[-1]
@@ -396,7 +401,7 @@ def main() -> int:
             for _ in range(args.repeats):
                 if not args.keep_baselines:
                     clear_baselines(svc.cache)
-                recs.append(evaluate(ca, svc.sock, subjects[n], args.budget_ms))
+                recs.append(evaluate(ca, svc.sock, subjects[n], args.budget_ms, timing_args))
             load[n] = recs
             log(f"  load {n}: rewards {[r.get('reward') for r in recs]}, "
                 f"load jobs done {sum(ld.done.values())}")

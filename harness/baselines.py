@@ -270,7 +270,8 @@ def validate_stats(stats: Any) -> dict[str, Any] | None:
     keep = ("median_ms", "mean_ms", "stdev_ms", "cv", "min_ms", "p10_ms", "p90_ms", "n",
             "method", "basis", "warmup_n", "budget_ms", "stream_median_ms",
             "device_median_ms", "outside_stream_ms", "sync_overhead_ms", "probe_ms",
-            "l2_flush_bytes", "kernels_per_call", "kernel_error", "note")
+            "l2_flush_bytes", "kernels_per_call", "kernel_error", "note", "lead_ms",
+            "host_median_ms", "lead_short_fraction")
     out: dict[str, Any] = {}
     for k in keep:
         v = stats.get(k)

@@ -3,7 +3,7 @@
 
     python3 harness/evaluate.py --task MODEL.py --candidate-dir DIR --so PATH/cuda_extension.so
         --out RESULT.json [--device cuda|cpu] [--seeds 5] [--adversarial-sets 1]
-        [--derived-shapes 2] [--value-stress 1] [--timing events|kernel]
+        [--derived-shapes 2] [--value-stress 1] [--timing events|kernel|device]
         [--precision strict|tf32] [--atol 1e-2] [--rtol 1e-2] [--baseline-cache DIR]
         [--budget-ms 2000] [--timeout 120] [--no-timing] [--no-compile] [--python PATH]
         [--tmp-dir DIR] [--keep-temp] [--quiet]
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--value-stress", type=int, choices=(0, 1), default=1,
                    help="one set with the floating inputs scaled far beyond get_inputs() "
                         "(default 1, 0 = none)")
-    p.add_argument("--timing", choices=("events", "kernel"), default="events")
+    p.add_argument("--timing", choices=timing.TIMING_MODES, default="events")
     p.add_argument("--precision", choices=("strict", "tf32"), default="strict")
     p.add_argument("--rules", choices=("cuda-agent", "kernelbench"), default="cuda-agent",
                    help="cuda-agent: the extension's kernels carry the forward; kernelbench: "

@@ -39,6 +39,19 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
        probe's median gap: the host's latency) and `probe_ms` (the probe's stream time) are
        reported;
      CPU ("wall"): time.perf_counter() around fn(*inputs);
+   With timing="device" (CUDA only; issue 21) each timed call is preceded on its stream by a
+   spin kernel (the "lead") longer than the host takes to issue the call's work: 1.5 times
+   the 90th percentile of the warm-up's host-side call times, plus 0.05 ms, at most 20 ms.
+   The start event then fires only once the call's work is queued behind it, so the stream
+   time is the device's time for the call's work, with the host's launch overhead and any
+   preemption of the host during the call hidden (a call that synchronises with the device
+   inside still shows the gaps after it). It measures what the GPU does, which the default
+   method does not separate from the host's work: for small, launch-bound forwards and for
+   torch.compile's host-side guards the two differ. The lead is not counted; each timed call
+   costs it in wall time. `lead_ms`, `host_median_ms` and `lead_short_fraction` (the share of
+   calls whose host side outlasted the lead, so that a gap may have entered) are reported,
+   and a share over LEAD_SHORT_FRACTION makes the attempt noisy ("lead_short"). Eager,
+   torch.compile and the candidate are timed the same way (the mode is the job's);
 3. with timing="kernel" (CUDA only), a second loop under torch.profiler sums the duration of
    every GPU activity (kernels, memcpy, memset) that starts inside each call's window, as the
    original system measured; both results are returned.
@@ -116,6 +129,12 @@ MIN_PROBES = 5
 MAX_PROBES = 50
 # Cycles of the spin kernel that calibrates the probe's length (about 0.1 ms at 2 GHz).
 _CALIBRATION_CYCLES = 200_000
+# timing="device": the lead spin before each timed call (see the module docstring).
+LEAD_FACTOR = 1.5
+LEAD_MIN_MS = 0.05
+LEAD_MAX_MS = 20.0
+LEAD_SHORT_FRACTION = 0.10
+TIMING_MODES = ("events", "kernel", "device")
 # varied_copies(): the step of the per-call factor by dtype (other floating dtypes: their eps)
 # and the largest relative change of a value.
 _VARY_STEP = {torch.float64: 2.0 ** -20, torch.float32: 2.0 ** -20}
@@ -267,8 +286,8 @@ def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
       MAX_ATTEMPTS on CUDA, CPU_MAX_ATTEMPTS on the CPU.
     """
     device = resolve_device(device)
-    if timing not in ("events", "kernel"):
-        raise ValueError(f"timing must be 'events' or 'kernel', not {timing!r}")
+    if timing not in TIMING_MODES:
+        raise ValueError(f"timing must be one of {', '.join(TIMING_MODES)}, not {timing!r}")
     budget_ms = float(budget_ms)
     is_cuda = device.type == "cuda"
     if is_cuda and not _CUDA_BUILT:
@@ -278,14 +297,15 @@ def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
         with _no_grad():
             if is_cuda:
                 result = _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps,
-                                              max_reps, min_warmup, warmup_fraction)
+                                              max_reps, min_warmup, warmup_fraction,
+                                              lead=timing == "device")
                 if timing == "kernel":
                     result = _add_kernel_timing(result, fn, make_inputs, device)
             else:
                 result = _measure_cpu(fn, make_inputs, budget_ms, min_reps, max_reps,
                                       min_warmup, warmup_fraction)
-                if timing == "kernel":
-                    result["note"] = "kernel timing needs CUDA; wall-clock time reported"
+                if timing in ("kernel", "device"):
+                    result["note"] = f"{timing} timing needs CUDA; wall-clock time reported"
         return result
 
     if max_attempts is None:
@@ -335,8 +355,9 @@ def _spread(stats: dict[str, Any], key: str) -> float:
 def noise_reasons(stats: dict[str, Any], iqr_rel: float | None = None, cv: float | None = None,
                   runq_fraction: float | None = None) -> list[str]:
     """Why a measurement is noisy: "iqr" (its (p75 - p25) / median over iqr_rel), "cv" (over
-    cv), "run_queue" (its timing thread waited for a CPU over runq_fraction of the time), or
-    "no_data" (no usable median); [] when it is clean. Fields that are missing (an older
+    cv), "run_queue" (its timing thread waited for a CPU over runq_fraction of the time),
+    "lead_short" (timing="device": over LEAD_SHORT_FRACTION of its calls outlasted the lead on
+    the host) or "no_data" (no usable median); [] when it is clean. Fields that are missing (an older
     measurement, /proc not readable) count as clean."""
     iqr_rel = NOISY_IQR_REL if iqr_rel is None else iqr_rel
     cv = NOISY_CV if cv is None else cv
@@ -351,6 +372,9 @@ def noise_reasons(stats: dict[str, Any], iqr_rel: float | None = None, cv: float
     frac = (stats.get("sched") or {}).get("runq_wait_fraction")
     if isinstance(frac, (int, float)) and _isfinite(frac) and frac > runq_fraction:
         out.append("run_queue")
+    short = stats.get("lead_short_fraction")
+    if isinstance(short, (int, float)) and _isfinite(short) and short > LEAD_SHORT_FRACTION:
+        out.append("lead_short")
     return out
 
 
@@ -429,18 +453,25 @@ def _measure_cpu(fn, make_inputs, budget_ms, min_reps, max_reps, min_warmup,
 
 
 def _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps, max_reps, min_warmup,
-                         warmup_fraction) -> dict[str, Any]:
+                         warmup_fraction, lead: bool = False) -> dict[str, Any]:
     flush = L2Flusher(device)
     start = _Event(enable_timing=True)
     end_stream = _Event(enable_timing=True)
     end_all = _Event(enable_timing=True)
+    host: list[float] = []  # the host side of each call of fn, ms
+    lead_cycles = 0  # set after the warm-up when lead (timing="device")
 
     def one(call: Callable[..., Any] = fn, fresh: bool = True) -> tuple[float, float]:
         args = make_inputs() if fresh else ()
         flush()
         stream = _current_stream(device)
+        if lead_cycles and call is fn:
+            _spin(lead_cycles)
         _event_record(start, stream)
+        h0 = _perf_counter()
         call(*args)
+        if call is fn:
+            host.append((_perf_counter() - h0) * 1e3)
         _event_record(end_stream, stream)
         _synchronize(device)
         _event_record(end_all, stream)
@@ -450,6 +481,12 @@ def _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps, max_reps,
     _synchronize(device)
     t_begin = _perf_counter()
     costs, warm = _warm_up(one, budget_ms, min_warmup, warmup_fraction)
+    lead_ms = 0.0
+    if lead and _spin is not None:
+        lead_ms = lead_length_ms(host[1:] or host)
+        lead_cycles = max(1, int(lead_ms * _spin_cycles_per_ms(one)))
+        costs = [c + lead_ms for c in costs]
+    host.clear()
     spent = (_perf_counter() - t_begin) * 1e3
     reps = _repeat_count(budget_ms, spent, costs, min_reps, max_reps)
     # The probes are interleaved with the timed calls, so that both see the host in the same
@@ -475,7 +512,33 @@ def _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps, max_reps,
         "probe_ms": _median([s for _d, s in probe]),
         "l2_flush_bytes": flush.nbytes,
     })
+    if lead:
+        out["method"] = "device"
+        if lead_cycles:
+            out.update(lead_stats(lead_ms, host))
+        else:
+            out["note"] = "no spin kernel in this PyTorch (torch.cuda._sleep): timed as events"
     return out
+
+
+def lead_length_ms(host_ms: Sequence[float]) -> float:
+    """The lead spin's length for calls whose host side took host_ms (timing="device")."""
+    p90 = _percentile(sorted(host_ms), 0.9) if host_ms else 0.0
+    return min(LEAD_MAX_MS, LEAD_MIN_MS + LEAD_FACTOR * p90)
+
+
+def lead_stats(lead_ms: float, host_ms: Sequence[float]) -> dict[str, Any]:
+    """What timing="device" reports of its lead: its length, the host side's median, and the
+    share of calls whose host side outlasted it."""
+    short = sum(1 for h in host_ms if h > lead_ms)
+    return {"lead_ms": lead_ms, "host_median_ms": _median(host_ms) if host_ms else None,
+            "lead_short_fraction": short / len(host_ms) if host_ms else 0.0}
+
+
+def _spin_cycles_per_ms(one: Callable[..., tuple[float, float]]) -> float:
+    """The spin kernel's cycles per ms on the current stream, from a few timed spins."""
+    calib = [one(lambda: _spin(_CALIBRATION_CYCLES), fresh=False)[1] for _ in range(3)]
+    return _CALIBRATION_CYCLES / max(_median(calib), 1e-6)
 
 
 def _probe_kernel(one: Callable[..., tuple[float, float]], stream_ms: float,
@@ -489,12 +552,8 @@ def _probe_kernel(one: Callable[..., tuple[float, float]], stream_ms: float,
         buf = torch.empty(_PROBE_ELEMENTS, dtype=torch.float32, device=device)
         return lambda: buf.fill_(1.0)
 
-    def spin(cycles: int) -> Callable[[], None]:
-        return lambda: _spin(cycles)
-
-    calib = [one(spin(_CALIBRATION_CYCLES), fresh=False)[1] for _ in range(3)]
-    per_ms = _CALIBRATION_CYCLES / max(_median(calib), 1e-6)
-    return spin(max(1, int(stream_ms * per_ms)))
+    cycles = max(1, int(stream_ms * _spin_cycles_per_ms(one)))
+    return lambda: _spin(cycles)
 
 
 def combine_event_times(device_times: Sequence[float], stream_times: Sequence[float],

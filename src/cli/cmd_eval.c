@@ -46,8 +46,9 @@ int cmd_eval(int argc, char **argv)
         {"device", 0, CLI_OPT_STRING, &o.device, "cuda|cpu", "where to run (default cuda)"},
         {"arch", 0, CLI_OPT_STRING, &o.arch, "SM",
          "target architecture, e.g. sm_90 (default: the GPU's)"},
-        {"timing", 0, CLI_OPT_STRING, &o.timing, "events|kernel",
-         "CUDA-event wall time (default) or summed kernel time"},
+        {"timing", 0, CLI_OPT_STRING, &o.timing, "events|kernel|device",
+         "CUDA-event wall time (default), summed kernel time, or events with the host's "
+         "launch work hidden behind a lead kernel"},
         {"precision", 0, CLI_OPT_STRING, &o.precision, "strict|tf32",
          "strict fp32 accuracy (default) or allow TF32 (baselines then use TF32 too)"},
         {"rules", 0, CLI_OPT_STRING, &o.rules, "cuda-agent|kernelbench",
@@ -129,8 +130,9 @@ int cmd_eval(int argc, char **argv)
     const char *bad = NULL;
     if (o.device && strcmp(o.device, "cuda") && strcmp(o.device, "cpu"))
         bad = "--device must be cuda or cpu";
-    else if (o.timing && strcmp(o.timing, "events") && strcmp(o.timing, "kernel"))
-        bad = "--timing must be events or kernel";
+    else if (o.timing && strcmp(o.timing, "events") && strcmp(o.timing, "kernel") &&
+             strcmp(o.timing, "device"))
+        bad = "--timing must be events, kernel or device";
     else if (o.precision && strcmp(o.precision, "strict") && strcmp(o.precision, "tf32"))
         bad = "--precision must be strict or tf32";
     else if (o.rules && strcmp(o.rules, "cuda-agent") && strcmp(o.rules, "kernelbench"))

@@ -35,7 +35,7 @@ struct eval_opts {
     const char *kernelbench_file;
     const char *device;        /* "cuda" (default) or "cpu" */
     const char *arch;          /* e.g. "sm_90"; NULL: from the GPU, else sm_90 */
-    const char *timing;        /* "events" (default) or "kernel" */
+    const char *timing;        /* "events" (default), "kernel" or "device" (harness/timing.py) */
     const char *precision;     /* "strict" (default) or "tf32" */
     const char *rules;         /* "cuda-agent" (default: SKILL.md's rules) or "kernelbench" */
     int seeds;                 /* input sets; 0: 5 */

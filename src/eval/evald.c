@@ -74,7 +74,7 @@ static int parse_request(const struct evald_host *d, const json_t *req, struct e
                          struct ca_err *err)
 {
     static const char *const modes[] = {"full", "verify", "compile", NULL};
-    static const char *const timings[] = {"events", "kernel", NULL};
+    static const char *const timings[] = {"events", "kernel", "device", NULL};
     static const char *const precisions[] = {"strict", "tf32", NULL};
     static const char *const rule_sets[] = {"cuda-agent", "kernelbench", NULL};
     int rc = 0;

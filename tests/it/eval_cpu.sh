@@ -60,6 +60,13 @@ expect "a relative CUDA_AGENT_CACHE_DIR: the evaluation passes" 0 '"stage": "don
 run env -C "$cache_parent" "$CA" eval --device cpu --cache-dir "./$cache_name" --json "$PWD/good"
 expect "a relative --cache-dir: the evaluation passes" 0 '"stage": "done"'
 
+# --timing device (the lead kernel; CUDA only): accepted, and on the CPU the wall clock with a note
+run "$CA" eval --device cpu --timing device --json "$PWD/good"
+expect "--timing device is accepted" 0 '"mode": "device"'
+assert "--timing device on the CPU: wall-clock time, said so" grep -q 'device timing needs CUDA' "$OUT"
+run "$CA" eval --device cpu --timing lead "$PWD/good"
+expect "a bad --timing: usage" 2 "" "--timing must be events, kernel or device"
+
 # -- the service
 run "$CA" evaluator --device cpu --gpus 0;        expect "--gpus needs cuda" 2 "" "--gpus"
 run "$CA" evaluator --device tpu;                  expect "bad --device" 2 "" "--device"

@@ -481,15 +481,15 @@ def test_compile_baseline(tmp_path):
     assert run.result["timing"]["speedup_vs_compile"] > 0
 
 
-@pytest.mark.parametrize("mode", ["events", "kernel"])
+@pytest.mark.parametrize("mode", ["events", "kernel", "device"])
 def test_kernel_mode_on_cpu_reports_wall(tmp_path, mode):
     run = evaluate(tmp_path, args=["--timing", mode])
     assert run.rc == 0, run
     cand = run.result["timing"]["candidate"]
     assert cand["method"] == "wall"
     assert run.result["timing"]["mode"] == mode
-    if mode == "kernel":
-        assert "note" in cand
+    if mode != "events":
+        assert f"{mode} timing needs CUDA" in cand["note"], cand
 
 
 # -- timing.py directly -------------------------------------------------------------------

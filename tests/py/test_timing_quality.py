@@ -53,6 +53,31 @@ def test_noise_reasons_name_each_threshold():
     assert timing.noise_reasons(stats(sched={"runq_wait_fraction": None})) == []
 
 
+def test_the_device_modes_lead_and_its_shortfall():
+    # The lead spin covers the host side of a call with a margin, within bounds.
+    assert timing.lead_length_ms([]) == timing.LEAD_MIN_MS
+    host = [0.010] * 9 + [0.100]  # the 90th percentile sizes it, not the one outlier
+    assert timing.lead_length_ms(host) == pytest.approx(
+        timing.LEAD_MIN_MS + timing.LEAD_FACTOR * 0.010)
+    assert timing.lead_length_ms([1e6]) == timing.LEAD_MAX_MS
+    got = timing.lead_stats(0.05, [0.01, 0.02, 0.08, 0.03])
+    assert got["lead_ms"] == 0.05 and got["lead_short_fraction"] == 0.25
+    assert got["host_median_ms"] == pytest.approx(0.025)
+    # A share of calls whose host side outlasted the lead makes the attempt noisy.
+    ok = stats(lead_short_fraction=timing.LEAD_SHORT_FRACTION / 2)
+    assert timing.noise_reasons(ok) == []
+    short = stats(lead_short_fraction=timing.LEAD_SHORT_FRACTION * 2)
+    assert timing.noise_reasons(short) == ["lead_short"]
+    # The candidate's report keeps the fields (numbers only) and the verdict is recomputed.
+    kept = ev.validate_stats(dict(short, lead_ms=0.07, host_median_ms=0.02, noisy=False,
+                                  method="device"))
+    assert kept["lead_short_fraction"] == short["lead_short_fraction"]
+    assert kept["lead_ms"] == 0.07 and kept["method"] == "device"
+    assert kept["noisy"] and kept["noise"] == ["lead_short"]
+    with pytest.raises(ValueError, match="events, kernel, device"):
+        timing.measure(lambda: None, list, "cpu", 1.0, "bogus")
+
+
 @pytest.fixture
 def quiet_sched(monkeypatch):
     """The scheduler counters of an idle host: fake attempts take microseconds, and a real
