@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the smallest memory plan's way whatever fits: a set drawn from a "
                         "recipe keeps only its arena slots, drawn again and its references "
                         "made when compared (streamed as --memory-window says, default 1)")
+    p.add_argument("--memory-lean", action="store_true",
+                   help="--memory-lazy without the float64 reference (the lean plan, which "
+                        "the memory plan takes only when nothing larger fits)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -574,9 +577,10 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             ([post] if post is not None else [])
         fp = footprint_of(sets, streamed, state_bytes, ref_peak)
         forced = getattr(opts, "memory_window", None)
-        forced_lazy = bool(getattr(opts, "memory_lazy", False))
+        forced_lean = bool(getattr(opts, "memory_lean", False))
+        forced_lazy = bool(getattr(opts, "memory_lazy", False)) or forced_lean
         if (forced or forced_lazy) and min_level == 0:
-            plan = memplan.forced(fp, forced or 1, forced_lazy)
+            plan = memplan.forced(fp, forced or 1, forced_lazy, not forced_lean)
         else:
             plan = memplan.choose(fp, free0, min_level)
         if plan is None:
@@ -600,14 +604,19 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             elif not chunked:
                 s.materialize()
         sets = validate_derived(task, sets, model, device, log)
-        try:
-            model_state.as_built(model)  # the float64 copy starts as built too
-            model64: torch.nn.Module | None = copy.deepcopy(model).double()
-            why64_model = None
-        except Exception as exc:
-            if is_oom(exc):
-                raise
-            model64, why64_model = None, f"{type(exc).__name__}: {exc}"
+        model64: torch.nn.Module | None = None
+        why64_model = None
+        if not plan.float64:
+            why64_model = (f"the memory plan (level {plan.level}, the smallest) leaves no room "
+                           "for a float64 reference")
+        else:
+            try:
+                model_state.as_built(model)  # the float64 copy starts as built too
+                model64 = copy.deepcopy(model).double()
+            except Exception as exc:
+                if is_oom(exc):
+                    raise
+                model64, why64_model = None, f"{type(exc).__name__}: {exc}"
         sets = [s for s in sets if s.kind != "value-stress"
                 or choose_stress_scale(s, model, model64, device, v["value_stress"])]
         for s in sets:
@@ -692,6 +701,9 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         models64: dict[int, torch.nn.Module | None] = {0: model64}
         why64 = why64_model
         for k, m in enumerate(extra_models, start=1):
+            if not plan.float64:
+                models64[k] = None
+                continue
             try:
                 model_state.as_built(m)
                 models64[k] = copy.deepcopy(m).double()

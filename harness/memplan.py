@@ -10,10 +10,14 @@ arena slots (`lazy`: they keep nothing; their pristine inputs are drawn again fr
 seeds and their references computed again when their outputs are compared, and the candidate's
 freed memory is poisoned with one block per output rather than two and a large one).
 make_plans() lists the plans from the roomiest (everything resident: the evaluation as it always
-ran) to the smallest (one streamed set at a time, lazy); choose() takes the first
-that fits both the GPU's free memory (torch.cuda.mem_get_info) with the candidate's share left
-over and the comfort bound (COMFORT_FACTOR times the footprint plus COMFORT_SLACK), else the
-smallest, if it fits the free memory. None fitting: the task is refused up front with the numbers
+ran) to the smallest (one streamed set at a time, lazy), and last, for tasks with floating
+outputs, the lean plan: lazy without the float64 reference (whose forward, in float64, is the
+largest transient of the others: twice the inputs and the reference's peak; the report then says
+`fp64_reference: "unavailable: ..."` and the precision against float64 is not measured). choose()
+takes the first plan with the float64 reference that fits both the GPU's free memory
+(torch.cuda.mem_get_info) with the candidate's share left over and the comfort bound
+(COMFORT_FACTOR times the footprint plus COMFORT_SLACK), else the smallest of those that fits
+the free memory, else the lean plan where it fits. None fitting: the task is refused up front with the numbers
 (too_large_message). An out-of-memory error in the evaluator's own work, or one of the
 candidate's while it was inside its budget, retries with the next smaller plan; after the
 smallest it is an infrastructure error, never the candidate's failure.
@@ -81,6 +85,7 @@ class Plan:
     need_bytes: int     # what this plan needs on the device, the candidate's share included
     trusted_bytes: int  # of which the evaluator's own (the rest is the candidate's budget)
     lazy: bool = False  # recipe sets keep only their arena slots (drawn and computed again)
+    float64: bool = True  # a float64 reference is made (False: the lean plan)
 
     @property
     def chunked(self) -> bool:
@@ -119,7 +124,7 @@ def candidate_bytes(fp: Footprint, lazy: bool = False) -> int:
     return CANDIDATE_CONTEXT + fp.param_bytes + fp.input_bytes + forward
 
 
-def trusted_bytes(fp: Footprint, window: int, lazy: bool) -> int:
+def trusted_bytes(fp: Footprint, window: int, lazy: bool, float64: bool = True) -> int:
     """The evaluator's share under a plan: the model (and its float64 copy), set 0 and the
     resident extra sets (derived and extra shapes), `window` streamed sets, and the largest
     transient: a reference forward (a copy of the inputs and its peak), a float64 reference
@@ -127,11 +132,13 @@ def trusted_bytes(fp: Footprint, window: int, lazy: bool) -> int:
     out of the arena, the slices' temporaries). Under a lazy plan the set compared is drawn
     again and its references made then, in this order (evaluate's restore()): its inputs stay
     alive throughout, the float64 forward runs first, then the float32 one beside the float64
-    reference, then the comparison beside both references."""
-    params64 = 2 * fp.param_bytes if fp.float_output else 0
+    reference, then the comparison beside both references. Without float64 (the lean plan)
+    there is no float64 copy of the model, forward or reference."""
+    f64 = fp.float_output and float64
+    params64 = 2 * fp.param_bytes if f64 else 0
     forward = fp.input_bytes + fp.ref_peak_bytes
-    fp64_forward = 2 * forward if fp.float_output else 0
-    ref64 = 2 * fp.output_bytes if fp.float_output else 0
+    fp64_forward = 2 * forward if f64 else 0
+    ref64 = 2 * fp.output_bytes if f64 else 0
     compare = fp.output_bytes + COMPARE_BYTES_PER_ELEM * min(fp.max_output_elems,
                                                              COMPARE_CHUNK_ELEMS)
     # The derived and extra-shape sets have no recipe: kept whole whatever the plan.
@@ -145,20 +152,24 @@ def trusted_bytes(fp: Footprint, window: int, lazy: bool) -> int:
     return fp.param_bytes + params64 + resident + transient
 
 
-def _plan(fp: Footprint, level: int, window: int, lazy: bool) -> Plan:
-    t = trusted_bytes(fp, window, lazy)
-    return Plan(level, window, t + candidate_bytes(fp, lazy) + FIXED_OVERHEAD, t, lazy)
+def _plan(fp: Footprint, level: int, window: int, lazy: bool, float64: bool = True) -> Plan:
+    t = trusted_bytes(fp, window, lazy, float64)
+    return Plan(level, window, t + candidate_bytes(fp, lazy) + FIXED_OVERHEAD, t, lazy,
+                float64)
 
 
 def make_plans(fp: Footprint) -> list[Plan]:
     """From the roomiest to the smallest: every streamed set resident (level 0), then windows
-    halved down to 1, then window 1, lazy."""
+    halved down to 1, then window 1, lazy; then, where outputs are floating, the lean plan
+    (window 1, lazy, no float64 reference)."""
     n = max(1, fp.n_streamed)
     windows = [n]
     while windows[-1] > 1:
         windows.append(max(1, windows[-1] // 2))
-    shapes = [(w, False) for w in windows] + [(1, True)]
-    return [_plan(fp, level, w, lazy) for level, (w, lazy) in enumerate(shapes)]
+    shapes = [(w, False, True) for w in windows] + [(1, True, True)]
+    if fp.float_output:
+        shapes.append((1, True, False))
+    return [_plan(fp, level, w, lazy, f64) for level, (w, lazy, f64) in enumerate(shapes)]
 
 
 def comfort_bytes(fp: Footprint) -> int:
@@ -167,24 +178,27 @@ def comfort_bytes(fp: Footprint) -> int:
 
 def choose(fp: Footprint, free: int | None, min_level: int = 0) -> Plan | None:
     """The first plan from min_level on that fits `free` bytes and the comfort bound, else the
-    smallest, when it fits `free` (None: no limit known, the CPU: the roomiest); None when none
-    fits. A roomier plan that overshoots the bound would leave the device nearly full on the
+    smallest with a float64 reference that fits `free`, else the lean plan when it fits (None:
+    no limit known, the CPU: the roomiest); None when none fits. A roomier plan that overshoots the bound would leave the device nearly full on the
     strength of an estimate; the smallest keeps the most in reserve."""
     plans = make_plans(fp)[min_level:]
     if free is None:
         return plans[0] if plans else None
     fitting = [p for p in plans if p.need_bytes <= free]
-    comfy = [p for p in fitting if p.need_bytes <= comfort_bytes(fp)]
+    full = [p for p in fitting if p.float64 or not fp.float_output]
+    comfy = [p for p in full if p.need_bytes <= comfort_bytes(fp)]
     if comfy:
         return comfy[0]
-    return fitting[-1] if fitting else None
+    # The float64 reference is dropped only where no plan with it fits (or after one failed).
+    return full[-1] if full else (fitting[-1] if fitting else None)
 
 
-def forced(fp: Footprint, window: int, lazy: bool = False) -> Plan:
-    """The plan of evaluate.py --memory-window (and --memory-lazy): `window` streamed sets at a
-    time (level 1, streamed even when all would fit), lazy with lazy."""
+def forced(fp: Footprint, window: int, lazy: bool = False, float64: bool = True) -> Plan:
+    """The plan of evaluate.py --memory-window (and --memory-lazy, --memory-lean): `window`
+    streamed sets at a time (level 1, streamed even when all would fit), lazy with lazy,
+    without the float64 reference unless float64."""
     w = max(1, min(window, max(1, fp.n_streamed)))
-    return _plan(fp, 1, w, lazy)
+    return _plan(fp, 1, w, lazy, float64)
 
 
 def smallest(fp: Footprint) -> Plan:
@@ -198,7 +212,8 @@ def gib(n: int | float | None) -> str:
 def too_large_message(fp: Footprint, free: int) -> str:
     p = smallest(fp)
     return (f"the task needs {gib(p.need_bytes)} of GPU memory even with the smallest memory "
-            f"plan (one input set at a time, drawn again and its references made when compared: the evaluator "
+            f"plan (one input set at a time, drawn again and its references made when compared"
+            f"{'' if p.float64 else ', no float64 reference'}: the evaluator "
             f"{gib(p.trusted_bytes)}, the candidate {gib(candidate_bytes(fp, True))}, overhead "
             f"{gib(FIXED_OVERHEAD)}), and the GPU has {gib(free)} free; one input set is "
             f"{gib(fp.input_bytes)} of inputs and {gib(fp.output_bytes)} of outputs, the "
@@ -209,7 +224,7 @@ def describe(fp: Footprint, plan: Plan, free: int | None) -> dict[str, Any]:
     """result["memory"]'s plan part."""
     return {"footprint": asdict(fp), "free_bytes": free,
             "plan": {"level": plan.level, "window": plan.window, "chunked": plan.chunked,
-                     "lazy": plan.lazy,
+                     "lazy": plan.lazy, "float64": plan.float64,
                      "need_bytes": plan.need_bytes, "trusted_bytes": plan.trusted_bytes,
                      "candidate_bytes": candidate_bytes(fp, plan.lazy),
                      "candidate_budget_bytes": candidate_budget(plan, free)}}

@@ -142,6 +142,11 @@ int cmd_tool(int argc, char **argv)
         rc = CLI_OK;
         goto out;
     }
+    /* An episode about to start on the bus: Redis must answer now (exit 69 here, before the
+     * model sees anything), as `run` and `serve` check it at their start. A Redis lost later
+     * still reaches the episode's commands as their evaluator's failure. */
+    if (bus.url && eo.workspace && !episode_running(&eo) && (rc = cli_bus_check(&bus)))
+        goto out;
     rc = episode_request(&eo, req, timeout_ms, &reply, &err);
     if (rc) {
         rc = cli_fail(&err);

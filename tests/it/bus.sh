@@ -564,10 +564,11 @@ assert "tool: \$CUDA_AGENT_REDIS alone puts the episode on the bus" \
     [ "$(evals_of bus-e2 | cut -d: -f4)" = ep ]
 "$CA" tool --episode bus-e2 --close >/dev/null
 run "$CA" tool "${SANDBOX[@]}" --redis "redis://127.0.0.1:$DEAD" --workspace "$PWD/ews" --episode bus-e3 Bash '{"command": "./verify; echo verify-exit=$?"}'
-expect "tool, Redis unreachable: ./verify says why and exits 69" 0 \
-    "verify: the evaluator failed: cannot reach Redis at redis://127.0.0.1:$DEAD/0"
-assert "... exit 69" grep -q "verify-exit=69" "$OUT"
-"$CA" tool --episode bus-e3 --close >/dev/null
+expect "tool, Redis unreachable: exit 69 before the episode starts, naming the URL" 69 "" \
+    "cannot reach Redis at redis://127.0.0.1:$DEAD/0"
+assert "... no command ran" [ ! -s "$OUT" ]
+run "$CA" tool --episode bus-e3 --close
+expect "... and no episode was started" 0 "episode was not running"
 run "$CA" tool --redis "http://x" --workspace "$PWD/ews" --episode bus-e4 Bash '{"command": "true"}'
 expect "tool: a bad --redis URL is a usage error" 2 "" "redis://"
 

@@ -36,11 +36,14 @@ def fp(**kw) -> memplan.Footprint:
 
 def test_plans_shrink_from_everything_resident_to_one_set_on_the_host():
     plans = memplan.make_plans(fp())
-    assert [p.window for p in plans] == [7, 3, 1, 1]
-    assert [p.lazy for p in plans] == [False, False, False, True]
-    assert [p.level for p in plans] == [0, 1, 2, 3]
+    assert [p.window for p in plans] == [7, 3, 1, 1, 1]
+    assert [p.lazy for p in plans] == [False, False, False, True, True]
+    assert [p.float64 for p in plans] == [True, True, True, True, False]
+    assert [p.level for p in plans] == [0, 1, 2, 3, 4]
     needs = [p.need_bytes for p in plans]
-    assert needs == sorted(needs, reverse=True) and len(set(needs)) == 4
+    assert needs == sorted(needs, reverse=True) and len(set(needs)) == 5
+    # Integer outputs have no float64 reference to drop: no lean plan.
+    assert [p.float64 for p in memplan.make_plans(fp(float_output=False))] == [True] * 4
     assert not plans[0].chunked and all(p.chunked for p in plans[1:])
     # The lazy plan poisons lean: one block per output, the large one at most 1 GiB.
     assert plans[-1].poison == {"copies": 1, "min_bytes": memplan.POISON_MIN,
@@ -74,6 +77,10 @@ def test_trusted_share_under_each_placement():
     # Lazy: the arena's slots; the set compared is drawn again (its inputs alive throughout)
     # and the float64 forward is still the largest of its steps.
     assert memplan.trusted_bytes(f, 1, True) == 2 * 2 * GIB + 2 * GIB + GIB + fp64
+    # Lean: no float64 forward or reference; the float32 forward or the comparison.
+    compare = GIB + memplan.COMPARE_BYTES_PER_ELEM * min(GIB // 4, memplan.COMPARE_CHUNK_ELEMS)
+    assert memplan.trusted_bytes(f, 1, True, False) == 2 * 2 * GIB + 2 * GIB + GIB + max(
+        3 * GIB, GIB + compare)
     # Integer outputs: no float64 reference; the reference forward or the comparison.
     ints = fp(float_output=False, n_streamed=1)
     compare = GIB + memplan.COMPARE_BYTES_PER_ELEM * memplan.COMPARE_CHUNK_ELEMS
@@ -94,11 +101,15 @@ def test_choose_takes_the_roomiest_plan_that_fits():
         assert memplan.choose(f, plans[0].need_bytes - 1) == plans[1]
         assert memplan.choose(f, plans[2].need_bytes) == plans[2]
         assert memplan.choose(f, plans[3].need_bytes) == plans[3]
-        assert memplan.choose(f, plans[3].need_bytes - 1) is None
+        # Below the lazy plan, the lean one (no float64 reference), and below it nothing.
+        assert memplan.choose(f, plans[3].need_bytes - 1) == plans[4]
+        assert memplan.choose(f, plans[4].need_bytes - 1) is None
         assert memplan.choose(f, roomy, min_level=2) == plans[2]  # a retry: smaller only
-        memplan.COMFORT_SLACK = 0  # none within it: the smallest, where it fits
+        assert memplan.choose(f, roomy, min_level=4) == plans[4]  # after the lazy plan failed
+        memplan.COMFORT_SLACK = 0  # none within it: the smallest with float64, where it fits
         assert memplan.choose(f, roomy) == plans[3]
-        assert memplan.choose(f, plans[3].need_bytes - 1) is None
+        assert memplan.choose(f, plans[3].need_bytes - 1) == plans[4]
+        assert memplan.choose(f, plans[4].need_bytes - 1) is None
     finally:
         memplan.COMFORT_SLACK = monkey
 
@@ -112,8 +123,9 @@ def test_choose_keeps_to_the_comfort_bound_when_a_plan_does():
     h200 = 139 * GIB
     assert plans[0].need_bytes > memplan.comfort_bytes(f)
     chosen = memplan.choose(f, h200)
-    comfy = [p for p in plans if p.need_bytes <= memplan.comfort_bytes(f)]
-    assert chosen == (comfy[0] if comfy else plans[-1]) and chosen.need_bytes <= h200
+    with64 = [p for p in plans if p.float64]
+    comfy = [p for p in with64 if p.need_bytes <= memplan.comfort_bytes(f)]
+    assert chosen == (comfy[0] if comfy else with64[-1]) and chosen.need_bytes <= h200
     assert chosen.need_bytes < plans[0].need_bytes / 2
     # A small task: everything resident keeps to the bound and stays the choice.
     small = fp(input_bytes=64 << 20, output_bytes=64 << 20, ref_peak_bytes=64 << 20,
@@ -159,6 +171,26 @@ def test_the_relu_task_of_issue_22_fits_an_h200_streamed_not_resident():
     assert plan is not None and plan.chunked and plan.window < 8
     assert plan.need_bytes <= h200
     assert memplan.make_plans(f)[0].need_bytes > h200  # everything resident does not fit
+    assert plan.float64  # an H200 keeps the float64 reference
+
+
+def test_the_relu_task_fits_an_h100_lean_within_the_issues_bound():
+    # The same task on an H100 (~79 GiB free): the lazy plan's estimate fits, but the
+    # evaluator's own peak reached 61.5 GiB there (the float64 forward: 24 GiB), an
+    # infrastructure error; the retry's lean plan keeps to about 3x the footprint plus 8 GiB.
+    six = 4096 * 393216 * 4
+    f = fp(input_bytes=six, output_bytes=six, ref_peak_bytes=six,
+           max_output_elems=4096 * 393216, n_streamed=8)
+    h100 = 79 * GIB
+    plans = memplan.make_plans(f)
+    lean = plans[-1]
+    assert not lean.float64 and lean.lazy
+    assert memplan.choose(f, h100).float64  # first the plan with the float64 reference
+    assert memplan.choose(f, h100, min_level=lean.level) == lean  # the retry
+    assert lean.trusted_bytes <= memplan.comfort_bytes(f), lean.trusted_bytes / GIB
+    assert lean.need_bytes <= h100
+    msg = memplan.too_large_message(f, 10 * GIB)
+    assert "no float64 reference" in msg
 
 
 def test_too_large_message_names_the_numbers():
@@ -252,6 +284,14 @@ def test_streamed_sets_give_the_verdicts_of_the_all_at_once_path(tmp_path, case)
     assert host.result["memory"]["plan"]["lazy"] is True, host
     assert host.result["memory"]["plan"]["window"] == 1
     assert verdict(host) == verdict(whole), (whole, host)
+    # The lean plan: the same, without the float64 reference (said so).
+    lean = evaluate(tmp_path, args=("--memory-lean",), **kw)
+    assert lean.result["memory"]["plan"]["float64"] is False, lean
+    assert verdict(lean) == verdict(whole), (whole, lean)
+    if case == "correct":
+        assert lean.result["verification"]["fp64_reference"].startswith(
+            "unavailable: the memory plan"), lean
+        assert whole.result["verification"]["fp64_reference"] is True, whole
     if case == "correct":
         assert whole.rc == 0 and len(whole.result["verification"]["sets"]) >= 7
     elif case == "wrong_16_rows":
