@@ -528,6 +528,14 @@ class Runner:
             leaves = hu.flatten_outputs(out)
         except TypeError as exc:
             raise Failure("output_type", str(exc), {"set": i})
+        names = self.job.get("state") or []
+        try:
+            leaves = leaves + model_state.values(model, names)
+        except model_state.MissingState as exc:
+            raise Failure("state", f"ModelNew has no tensor attribute {exc} after its forward on "
+                                   f"input set {i}: Model's forward updates that attribute (its "
+                                   "state), and its values after each forward are compared "
+                                   "like an output", {"set": i, "state": names})
         try:
             meta = [self.store_output(i, j, x) for j, x in enumerate(leaves)]
             self.store_inputs(views, args)

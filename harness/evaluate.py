@@ -569,7 +569,13 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         t_ref32 = time.monotonic()
         # The derived sets the reference refuses and a value-stress set that finds no usable
         # scale are dropped before anything is laid out for the candidate.
+        model_state.track(model, [])  # a class evaluated before: found again below
         ref_peak = compute_reference(model, sets[0], device)
+        # The state the task's forward changes (an RNN's hidden state): compared as outputs.
+        v["state"] = model_state.changed(model)
+        if v["state"]:
+            model_state.track(model, v["state"])
+            sets[0].ref.extend(model_state.values(model, v["state"]))
         memplan.phase_mark(device, "set0_reference")
 
         # -- the memory plan: how many sets of the task's own shape are resident at once
@@ -781,6 +787,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             "poison": plan.poison,
             "memory_budget_bytes": memplan.candidate_budget(plan, free0),
             "timing": {"mode": opts.timing, "budget_ms": opts.budget_ms, "set": 0},
+            "state": v["state"],
         }
         if ses.chunk_starts:
             job["chunk_starts"] = ses.chunk_starts

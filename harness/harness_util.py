@@ -35,6 +35,7 @@ FAILURE_KINDS = (
     "dtype",           # an output's dtype differs
     "mismatch",        # values differ beyond atol/rtol, or NaN/Inf positions differ
     "input_mutated",   # the forward modified one of its inputs
+    "state",           # ModelNew lacks a state attribute Model's forward updates (model_state)
     "precision",       # inside the tolerance, but far less accurate than fp32 arithmetic
     "timing",          # timing produced no usable numbers
 )

@@ -770,6 +770,16 @@ class SetPrefetch:
         return got
 
 
+def state_after(model: torch.nn.Module, s: InputSet) -> list[torch.Tensor]:
+    """The state the forward just left (model_state: the attributes the task's forward
+    changes), compared as outputs after the forward's own."""
+    try:
+        return model_state.values(model, model_state.tracked(model))
+    except model_state.MissingState as exc:
+        raise EvalError("task_error", f"Model lost its state attribute {exc} in the forward on "
+                                      f"input set {s.index}", stage="setup")
+
+
 def compute_reference(model: torch.nn.Module, s: InputSet, device: torch.device) -> int:
     """Fills s.ref and s.ref_mutated; returns the forward's own peak device memory above its
     arguments (its outputs and temporaries; 0 on the CPU)."""
@@ -781,7 +791,7 @@ def compute_reference(model: torch.nn.Module, s: InputSet, device: torch.device)
     peak = memplan.forward_peak_end(device, base)
     try:
         s.ref = [x.detach() if isinstance(x, torch.Tensor) else x
-                 for x in hu.flatten_outputs(out)]
+                 for x in hu.flatten_outputs(out)] + state_after(model, s)
     except TypeError as exc:
         raise EvalError("task_error", f"Model's output: {exc}", stage="setup")
     del out
@@ -809,7 +819,7 @@ def compute_reference64(model64: torch.nn.Module | None, s: InputSet,
             out = model64(*args)
         del args
         s.ref64 = [x.detach() if isinstance(x, torch.Tensor) else x
-                   for x in hu.flatten_outputs(out)]
+                   for x in hu.flatten_outputs(out)] + state_after(model64, s)
         del out
     except Exception as exc:  # the float64 reference is best effort
         s.ref64 = None

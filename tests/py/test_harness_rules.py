@@ -184,8 +184,37 @@ def test_a_reference_with_state_gets_its_state_as_built_for_every_set(tmp_path):
     run = evaluate(tmp_path, task=STATEFUL_TASK, new=STATEFUL_NEW, args=[*KB, "--no-timing"])
     assert run.rc == 0 and run.result["ok"], run
     assert len(run.result["verification"]["sets"]) >= 3, run
+    assert run.result["verification"]["state"] == ["hidden"], run
     # A hidden state of other values is still a mismatch.
     other = STATEFUL_NEW.replace("self.hidden = torch.randn(features)",
                                  "self.hidden = torch.randn(features) + 1")
     run = evaluate(tmp_path, task=STATEFUL_TASK, new=other, args=[*KB, "--no-timing"])
     assert_failed(run, "mismatch")
+
+
+def test_the_state_a_forward_leaves_is_compared_like_an_output(tmp_path):
+    # KernelBench carries a model's state from one call to the next, so a ModelNew that
+    # skips the update fails its second call there. Here every forward starts as built, so
+    # the state after it is compared instead: the same outputs without the update fail.
+    lazy = STATEFUL_NEW.replace("        self.hidden = torch.tanh(out.mean(0))\n", "")
+    assert lazy != STATEFUL_NEW
+    run = evaluate(tmp_path, task=STATEFUL_TASK, new=lazy, args=[*KB, "--no-timing"])
+    assert_failed(run, "mismatch")
+    # The state kept under another name: said so.
+    renamed = STATEFUL_NEW.replace("self.hidden", "self.h")
+    run = evaluate(tmp_path, task=STATEFUL_TASK, new=renamed, args=[*KB, "--no-timing"])
+    assert_failed(run, "state")
+    assert "no tensor attribute 'hidden'" in run.failure["message"], run
+    # An attribute the forward only moves to the device is not state: a ModelNew without it
+    # passes.
+    moved = TASK.replace(
+        '        self.register_buffer("bias", torch.randn(features))\n',
+        '        self.register_buffer("bias", torch.randn(features))\n'
+        '        self.offset = torch.zeros(features)\n').replace(
+        "        return torch.tanh(x * self.weight) * self.scale + self.bias\n",
+        "        self.offset = self.offset.to(x.device)\n"
+        "        return torch.tanh(x * self.weight) * self.scale + self.bias + self.offset\n")
+    assert "self.offset = self.offset.to" in moved
+    run = evaluate(tmp_path, task=moved, new=model_new(), args=[*KB, "--no-timing"])
+    assert run.rc == 0 and run.result["ok"], run
+    assert run.result["verification"]["state"] == [], run

@@ -60,3 +60,31 @@ def test_an_unchanged_model_keeps_its_objects():
 def test_objects_that_are_not_modules_are_left_alone():
     model_state.as_built(lambda x: x)
     model_state.as_built(None)
+
+
+def test_changed_names_the_state_a_forward_gave_other_values():
+    m = Stateful()
+    m.moved = torch.zeros(2)
+    model_state.as_built(m)
+    x = torch.full((3,), 2.0)
+    m(x)
+    m.moved = m.moved.clone()  # replaced by the same values (as .to(device) does): not state
+    assert model_state.changed(m) == ["hidden", "inner.count"]
+    model_state.as_built(m)
+    assert model_state.changed(m) == []  # restored: nothing changed since
+
+
+def test_tracked_state_is_read_by_name_from_any_model_of_the_class():
+    a, b = Stateful(), Stateful()
+    model_state.track(a, ["hidden", "inner.count"])
+    assert model_state.tracked(b) == ["hidden", "inner.count"]
+    got = model_state.values(b, model_state.tracked(b))
+    assert [t.tolist() for t in got] == [[0.0, 0.0, 0.0], [0.0]]
+    got[0].add_(5)  # copies: the model's own state is not touched
+    assert b.hidden.tolist() == [0.0, 0.0, 0.0]
+    del b.inner.count
+    with pytest.raises(model_state.MissingState, match="inner.count"):
+        model_state.values(b, ["hidden", "inner.count"])
+    assert model_state.values(b, []) == []
+    model_state.track(a, [])
+    assert model_state.tracked(b) == []
