@@ -15,9 +15,10 @@ the wall time; a summary table on stdout and everything in OUT/kb_memory.json.
         [--limit N] [--only 19,4] [--skip N] [--stride N] [--time-budget S] [--corpus DIR]
         [--server SOCKET] [--budget-ms 300]
 
---time-budget stops starting tasks once S seconds have passed (the device call that runs it
-is limited) and reports what was done. Exit status: 0 done (whatever the verdicts), 77 no
-corpus.
+--time-budget stops starting tasks once S seconds have passed, or when the slowest of the last
+three tasks would not fit in what is left (the device call that runs it is limited), and
+reports what was done. SIGTERM or SIGINT (a call's timeout) stops it too, and OUT/kb_memory.json
+is still written. Exit status: 0 done (whatever the verdicts), 77 no corpus.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import re
 import subprocess
 import sys
@@ -194,11 +196,20 @@ def main() -> int:
     t0 = time.monotonic()
     recs: list[dict] = []
     stopped = None
+
+    def interrupted(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    # A device call's timeout sends SIGTERM: the summary is still written (finally, below).
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         for k, (lv, path) in enumerate(items):
             left = opts.time_budget - (time.monotonic() - t0) if opts.time_budget else None
-            if left is not None and left <= 0:
-                stopped = f"time budget of {opts.time_budget:g} s reached after {k} tasks"
+            # A task is not started when the slowest of the last three would not fit.
+            need = max((r["wall_s"] for r in recs[-3:]), default=0.0)
+            if left is not None and (left <= 0 or left < need):
+                stopped = (f"time budget of {opts.time_budget:g} s reached after {k} tasks "
+                           f"({left:.0f} s left, the last tasks took up to {need:.0f} s)")
                 break
             rec = run_one(opts, lv, path, tmp)
             recs.append(rec)
@@ -211,6 +222,8 @@ def main() -> int:
                   flush=True)
             with open(os.path.join(opts.out, "kb_memory.jsonl"), "a") as f:
                 f.write(json.dumps(rec) + "\n")
+    except KeyboardInterrupt as exc:
+        stopped = f"interrupted ({exc or 'SIGINT'}) after {len(recs)} tasks"
     finally:
         if service:
             service.terminate()
