@@ -163,6 +163,11 @@ int bench_store_record(struct bench_store *s, int64_t attempt_id, const json_t *
  * they run again; *n receives how many. One transaction. */
 int bench_store_reset_infra(struct bench_store *s, size_t *n,
                             struct ca_err *err) WARN_UNUSED_RESULT;
+/* The same for the correct attempts whose timing was noisy (a `noisy_timing` flag: measured
+ * while the host was busy), so that they are timed again, e.g. with --jobs 1 once the compile
+ * load is gone. */
+int bench_store_reset_noisy(struct bench_store *s, size_t *n,
+                            struct ca_err *err) WARN_UNUSED_RESULT;
 int bench_store_set_env(struct bench_store *s, const char *key, const char *value,
                         struct ca_err *err);
 

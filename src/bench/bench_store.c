@@ -544,15 +544,18 @@ fail:
     return rc;
 }
 
-int bench_store_reset_infra(struct bench_store *s, size_t *n, struct ca_err *err)
+/* Forgets the results of the attempts whose report matches `where` (SQL over reports), so that
+ * they run again; *n receives how many. One transaction. */
+static int reset_where(struct bench_store *s, const char *where, size_t *n, struct ca_err *err)
 {
     *n = 0;
     int rc = bench_store_begin(s, err);
     if (rc)
         return rc;
-    static const char *const sql[] = {
-        "CREATE TEMP TABLE reset AS SELECT attempt_id FROM reports"
-        " WHERE verdict = 'infrastructure'",
+    char *select =
+        xstrfmt("CREATE TEMP TABLE reset AS SELECT attempt_id FROM reports WHERE %s", where);
+    const char *const sql[] = {
+        select,
         "DELETE FROM timings WHERE attempt_id IN (SELECT attempt_id FROM reset)",
         "DELETE FROM agent_results WHERE attempt_id IN (SELECT attempt_id FROM reset)",
         "DELETE FROM baselines WHERE attempt_id IN (SELECT attempt_id FROM reset)",
@@ -564,6 +567,7 @@ int bench_store_reset_infra(struct bench_store *s, size_t *n, struct ca_err *err
         if (!rc && i == ARRAY_SIZE(sql) - 1)
             *n = (size_t)sqlite3_changes(s->db);
     }
+    free(select);
     if (!rc)
         rc = db_exec(s->db, s->path, "DROP TABLE reset", err);
     if (!rc)
@@ -571,6 +575,16 @@ int bench_store_reset_infra(struct bench_store *s, size_t *n, struct ca_err *err
     if (rc)
         bench_store_rollback(s);
     return rc;
+}
+
+int bench_store_reset_infra(struct bench_store *s, size_t *n, struct ca_err *err)
+{
+    return reset_where(s, "verdict = 'infrastructure'", n, err);
+}
+
+int bench_store_reset_noisy(struct bench_store *s, size_t *n, struct ca_err *err)
+{
+    return reset_where(s, "verdict = 'correct' AND timing_noisy != 0", n, err);
 }
 
 int bench_store_set_env(struct bench_store *s, const char *key, const char *value,

@@ -154,7 +154,7 @@ static int bench_run_cmd(int argc, char **argv)
     int64_t sample = 0, seed = 0, jobs = 4, runners = 1, budget_ms = 0, timeout_s = 0,
             max_turns = 0;
     struct cli_bus bus = CLI_BUS_INIT;
-    bool as_json = false, no_html = false, retry_infra = false;
+    bool as_json = false, no_html = false, retry_infra = false, retime_noisy = false;
     const struct cli_opt opts[] = {
         {"db", 0, CLI_OPT_STRING, &db, "RUN.sqlite",
          "the run's database (made; an existing run resumes)"},
@@ -193,6 +193,8 @@ static int bench_run_cmd(int argc, char **argv)
         {"jobs", 'j', CLI_OPT_INT, &jobs, "N", "attempts at once (default 4)", 1, 256},
         {"retry-infra", 0, CLI_OPT_FLAG, &retry_infra, NULL,
          "run again the attempts that ended without a verdict (infrastructure failures)"},
+        {"retime-noisy", 0, CLI_OPT_FLAG, &retime_noisy, NULL,
+         "run again the correct attempts whose timing was noisy (e.g. with --jobs 1)"},
         {"no-html", 0, CLI_OPT_FLAG, &no_html, NULL, "do not write RUN.html and RUN.md"},
         {"json", 0, CLI_OPT_FLAG, &as_json, NULL, "JSON lines on stdout (start, done, end)"},
         {0},
@@ -357,6 +359,14 @@ static int bench_run_cmd(int argc, char **argv)
         }
         if (reset)
             fprintf(stderr, "bench: %zu attempt(s) without a verdict run again\n", reset);
+    }
+    if (retime_noisy) {
+        size_t reset = 0;
+        if ((rc = bench_store_reset_noisy(s, &reset, &err))) {
+            exit_code = cli_fail(&err);
+            goto out;
+        }
+        fprintf(stderr, "bench: %zu correct attempt(s) with noisy timing run again\n", reset);
     }
     /* Only a run with work to do touches the database: a finished one run again changes
      * nothing. */

@@ -98,6 +98,27 @@ assert "... one more request" [ "$(requests)" = $((base + 1)) ]
 run bench --db a.sqlite --map "$MAP" --rules kernelbench "$TASKS"
 expect "other settings on an existing run are refused" 3 "" "--rules was \"cuda-agent\", now \"kernelbench\""
 
+# -- --retime-noisy: the correct attempts whose timing was noisy run again, only they
+printf '# FAKE {"reward": 3, "speedup_eager": 2.0, "speedup_compile": 1.5, "timing_noisy": true}\n' \
+    >"$PWD/s_noisy.py"
+cat "$FIX/fake/s_fast.py" >>"$PWD/s_noisy.py"
+printf '{"task": "l1_1_Swish", "solution": "%s", "label": "noisy"}\n{"task": "l1_2_SwishWide", "solution": "%s", "label": "clean"}\n' \
+    "$PWD/s_noisy.py" "$FIX/fake/s_tie.py" >"$PWD/noisy.jsonl"
+run bench --db n.sqlite --map "$PWD/noisy.jsonl" --no-html "$TASKS"
+expect "a run with one noisy timing" 0 "timing noisy: 1"
+base=$(requests)
+run bench --db n.sqlite --map "$PWD/noisy.jsonl" --retime-noisy --jobs 1 --no-html "$TASKS"
+expect "--retime-noisy: the noisy attempt runs again" 0 "" "1 correct attempt(s) with noisy timing run again"
+assert "... one more request, for the noisy solution ($(requests) after $base)" \
+    [ "$(requests)" = $((base + 1)) ] && tail -1 "$SOCK.log" | grep -q s_noisy.py
+run bench --db n.sqlite --map "$PWD/noisy.jsonl" --retime-noisy --no-html "$TASKS"
+expect "... its report is still the only noisy one, and the clean one is not run again" 0 "" \
+    "1 correct attempt(s) with noisy timing run again"
+assert "... one more request" [ "$(requests)" = $((base + 2)) ]
+run bench --db a.sqlite --map "$MAP" --retime-noisy --no-html "$TASKS"
+expect "--retime-noisy on a run without noisy timings: nothing runs" 0 "" \
+    "0 correct attempt(s) with noisy timing run again"
+
 # -- the metrics, by hand: l1_1 best of {reward 1 0.8x/0.5x, reward 3 2.0x/1.25x}; l1_2 1.0x/0.5x
 # (a tie is not faster); l2_1 failed; l2_2 infrastructure (no verdict).
 run "$CA" bench report --json "$PWD/a.sqlite"

@@ -4,7 +4,8 @@
 Speaks the service's protocol (core/msg.h: a 4-byte big-endian length, then JSON; one request
 per connection) on SOCKET, and answers each {"op": "eval", "kernelbench_file": F, ...} with a
 report made from F's first line, `# FAKE {...}`: reward, speedup_eager, speedup_compile,
-peak_fraction, stage, infrastructure, delay (seconds to wait first). What the bench runner does
+peak_fraction, stage, infrastructure, timing_noisy (a `noisy_timing` flag), delay (seconds to
+wait first). What the bench runner does
 with reports (store, metrics, resume) is tested without PyTorch or a GPU. Each request is
 appended to SOCKET.log as one JSON line.
 
@@ -41,7 +42,8 @@ def report_for(req: dict) -> dict:
             "device": {"type": "cuda", "name": "Fake GPU", "torch": "0.0+fake", "cuda": "0.0"},
             "timing": {"eager": {"median_ms": 1.0}, "candidate": {"median_ms": 0.5},
                        "sol": {"peak_fraction": spec.get("peak_fraction")}},
-            "flags": [],
+            "flags": [{"kind": "noisy_timing", "message": "fake: measured while busy"}]
+            if spec.get("timing_noisy") else [],
         },
     }
     if infra:
