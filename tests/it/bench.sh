@@ -194,6 +194,24 @@ expect "lb_disagreements: in the order given" 0 \
     "3 solutions evaluated, 2 correct as KernelBench scored them (66.7%)"
 run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/lb.sqlite" "$PWD/missing.sqlite"
 expect "lb_disagreements: a missing second store" 2 "" "missing.sqlite: no such file"
+# bench/bench_leaderboard.sh itself, on a copy of the fake corpus where one correct solution was
+# timed while the host was busy: the run, its summary and disagreements, and with
+# RETIME_NOISY=1 that solution timed again alone (the fake says noisy again: still 1 noisy).
+cp -r "$FIX/fake/leaderboard" "$PWD/lbcorpus"
+sed -i '1s/"reward": 1,/"reward": 1, "timing_noisy": true,/' "$PWD/lbcorpus/solutions/bbbb2222.py"
+base=$(requests)
+run env BIN="$CA" CORPUS="$PWD/lbcorpus" JOBS=2 RETIME_NOISY=1 \
+    BENCH_FLAGS="--evaluator $SOCK" bash "$CA_REPO/bench/bench_leaderboard.sh" "$PWD/lbrun"
+expect "bench_leaderboard.sh on the fake corpus: 3 of 4 as KernelBench scored them" 0 \
+    "3 solutions evaluated, 2 correct as KernelBench scored them" \
+    "1 correct attempt(s) with noisy timing run again"
+assert "... its summary (4 attempts, 3 evaluated by this call) and the disagreements' JSON" \
+    "$PY" -c 'import json, sys; s = json.load(open(sys.argv[1] + "/summary.json"))
+d = json.load(open(sys.argv[1] + "/disagreements.json"))
+sys.exit(0 if s["attempts"] == 4 and s["evaluated_this_call"] == 3 and d["correct"] == 2 else 1)' \
+    "$PWD/lbrun"
+assert "... 3 evaluations, then the noisy one again ($(requests) after $base)" \
+    [ "$(requests)" = $((base + 4)) ]
 run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/missing.sqlite"
 expect "lb_disagreements: no such store" 2 "" "missing.sqlite: no such file"
 : >"$PWD/empty.sqlite"
