@@ -161,11 +161,16 @@ def test_the_reference_module_names_are_visible_under_kernelbench(tmp_path):
 
 # -- a reference with state -------------------------------------------------------------------
 
-STATEFUL_TASK = TASK.replace(
-    '        self.register_buffer("bias", torch.randn(features))\n',
-    '        self.register_buffer("bias", torch.randn(features))\n'
-    '        self.hidden = torch.randn(features)\n').replace(
-    "        return torch.tanh(x * self.weight) * self.scale + self.bias\n",
+def task_with(attribute: str, forward: str) -> str:
+    """harness_case's TASK with one more attribute built in __init__ and another forward."""
+    buffer = '        self.register_buffer("bias", torch.randn(features))\n'
+    body = "        return torch.tanh(x * self.weight) * self.scale + self.bias\n"
+    assert buffer in TASK and body in TASK
+    return TASK.replace(buffer, buffer + f"        {attribute}\n").replace(body, forward)
+
+
+STATEFUL_TASK = task_with(
+    "self.hidden = torch.randn(features)",
     "        self.hidden = self.hidden.to(x.device)\n"
     "        out = torch.tanh(x * self.weight + self.hidden) * self.scale + self.bias\n"
     "        self.hidden = torch.tanh(out.mean(0))\n"
@@ -207,11 +212,8 @@ def test_the_state_a_forward_leaves_is_compared_like_an_output(tmp_path):
     assert "no tensor attribute 'hidden'" in run.failure["message"], run
     # An attribute the forward only moves to the device is not state: a ModelNew without it
     # passes.
-    moved = TASK.replace(
-        '        self.register_buffer("bias", torch.randn(features))\n',
-        '        self.register_buffer("bias", torch.randn(features))\n'
-        '        self.offset = torch.zeros(features)\n').replace(
-        "        return torch.tanh(x * self.weight) * self.scale + self.bias\n",
+    moved = task_with(
+        "self.offset = torch.zeros(features)",
         "        self.offset = self.offset.to(x.device)\n"
         "        return torch.tanh(x * self.weight) * self.scale + self.bias + self.offset\n")
     assert "self.offset = self.offset.to" in moved
