@@ -13,12 +13,12 @@ import concurrent.futures
 import contextlib
 import io
 import json
-import os
 import pathlib
 import runpy
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -41,7 +41,9 @@ TASKS = ROOT / "examples" / "tasks"
 SOLUTIONS = sorted(p for p in (ROOT / "examples" / "solutions").iterdir() if p.is_dir())
 EVALUATE = ROOT / "harness" / "evaluate.py"
 sys.path.insert(0, str(ROOT / "harness"))
+sys.path.insert(0, str(ROOT / "tests" / "py"))
 import evaluate as ev  # noqa: E402
+from harness_case import Run, sandbox_args  # noqa: E402  (the CPU-mode tests' runner's)
 
 BUILD_TIMEOUT_S = 900
 BUILD = """
@@ -85,19 +87,6 @@ def cache_dir(tmp_path_factory) -> pathlib.Path:
     return tmp_path_factory.mktemp("baselines")
 
 
-class Run:
-    def __init__(self, rc: int, result: dict, stdout: str, stderr: str):
-        self.rc, self.result, self.stdout, self.stderr = rc, result, stdout, stderr
-
-    @property
-    def failure(self):
-        return self.result["failure"]
-
-    def __repr__(self):
-        return (f"rc={self.rc}\nresult={json.dumps(self.result, indent=1)[:8000]}\n"
-                f"stdout={self.stdout[-2000:]}\nstderr={self.stderr[-4000:]}")
-
-
 def evaluate(tmp_path: pathlib.Path, solution: str, so: pathlib.Path, *, new: str | None = None,
              args=(), subprocess_cli: bool = False) -> Run:
     work = tmp_path / f"run{len(list(tmp_path.glob('run*')))}"
@@ -110,6 +99,7 @@ def evaluate(tmp_path: pathlib.Path, solution: str, so: pathlib.Path, *, new: st
             *args]
     if "--sandbox" not in args and "--no-sandbox" not in args:
         argv += sandbox_args()
+    t0 = time.monotonic()
     if subprocess_cli:
         proc = subprocess.run([sys.executable, str(EVALUATE), *argv], capture_output=True,
                               text=True, timeout=900)
@@ -120,15 +110,7 @@ def evaluate(tmp_path: pathlib.Path, solution: str, so: pathlib.Path, *, new: st
             rc = ev.main(argv)
         stdout, stderr = so_buf.getvalue(), se_buf.getvalue()
     result = json.loads(out.read_text()) if out.exists() else {}
-    return Run(rc, result, stdout, stderr)
-
-
-def sandbox_args() -> list[str]:
-    """--sandbox with the cuda-agent binary the run names (CA_BIN or CUDA_AGENT, as
-    tests/gpu/run.sh sets them, else build/cuda-agent), else --no-sandbox."""
-    binary = os.environ.get("CA_BIN") or os.environ.get("CUDA_AGENT") or \
-        str(ROOT / "build" / "cuda-agent")
-    return ["--sandbox", binary] if os.access(binary, os.X_OK) else ["--no-sandbox"]
+    return Run(rc, stdout, stderr, result, time.monotonic() - t0)
 
 
 def check_stats(stats: dict, method: str) -> None:

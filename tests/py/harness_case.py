@@ -149,10 +149,12 @@ class Run:
 
 
 def sandbox_args() -> list[str]:
-    """--sandbox with the built cuda-agent when there is one (tests/run.sh sets CUDA_AGENT),
-    else --no-sandbox: these tests are about the harness's logic; the sandbox's own tests
+    """--sandbox with the cuda-agent binary the run names (CA_BIN, as tests/gpu/run.sh sets it,
+    or CUDA_AGENT, as tests/run.sh does), else the built one when there is one, else
+    --no-sandbox: these tests are about the harness's logic; the sandbox's own tests
     (test_candbox_escape.py) require it."""
-    binary = os.environ.get("CUDA_AGENT") or str(ROOT / "build" / "cuda-agent")
+    binary = os.environ.get("CA_BIN") or os.environ.get("CUDA_AGENT") or \
+        str(ROOT / "build" / "cuda-agent")
     return ["--sandbox", binary] if os.access(binary, os.X_OK) else ["--no-sandbox"]
 
 
