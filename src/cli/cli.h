@@ -223,9 +223,9 @@ struct cli_bus {
  */
 int cli_bus_setup(const char *cmd, struct cli_bus *b, const char **evaluator,
                   const char *evaluator_opt);
-/* Whether Redis answers at b->url (one connection): 0, or the exit code with the error printed
- * (69: unreachable, or the credentials refused). For commands that would otherwise find out
- * only at their first evaluation, much later. */
+/* Whether Redis answers at b->url (one connection; 0 at once without a URL): 0, or the exit code
+ * with the error printed (69: unreachable, or the credentials refused). For commands that would
+ * otherwise find out only at their first evaluation, much later. */
 int cli_bus_check(const struct cli_bus *b);
 /* The evaluation o on the bus (bus_eval) with ctx a set-up struct cli_bus. */
 int cli_bus_eval(void *ctx, const struct eval_opts *o, json_t **report, struct ca_err *err);

@@ -53,6 +53,8 @@ int cli_bus_setup(const char *cmd, struct cli_bus *b, const char **evaluator,
 
 int cli_bus_check(const struct cli_bus *b)
 {
+    if (!b->url)
+        return 0; /* not on the bus: nothing to check */
     struct bus_url u;
     struct bus_conn *c = NULL;
     struct ca_err err = {0};

@@ -106,8 +106,7 @@ int cmd_serve(int argc, char **argv)
     if (device && strcmp(device, "cuda") && strcmp(device, "cpu"))
         return cli_usage_error("serve", "--device must be cuda or cpu");
     const char *evaluator = NULL;
-    if ((rc = cli_bus_setup("serve", &bus, &evaluator, NULL)) ||
-        (bus.url && (rc = cli_bus_check(&bus))))
+    if ((rc = cli_bus_setup("serve", &bus, &evaluator, NULL)) || (rc = cli_bus_check(&bus)))
         return rc;
     struct ca_err err = {0};
     struct buf token, rootb;

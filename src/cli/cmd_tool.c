@@ -62,7 +62,8 @@ int cmd_tool(int argc, char **argv)
             "$CUDA_AGENT_EVAL_DEVICE (default cuda). The call that starts the episode decides,\n"
             "for its whole life.\n\n"
             "Exit status: 0 the tool ran; 1 the tool reported an error (see \"text\");\n"
-            "2 usage; 4 no such episode; 69 no sandbox is possible on this host.",
+            "2 usage; 4 no such episode; 69 no sandbox is possible on this host, or the job\n"
+            "bus's Redis does not answer when an episode on it is to start.",
         .opts = opts,
         .min_args = 0,
         .max_args = 2,
