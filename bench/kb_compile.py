@@ -308,18 +308,17 @@ def main(argv):
     binary = os.path.abspath(args[0]) if args else os.path.abspath("build/cuda-agent")
     out = os.path.abspath(args[1]) if len(args) > 1 else "/tmp/kb-compile"
     os.makedirs(out, exist_ok=True)
-    Bench.corpus_n = n
     bench = Bench(binary, out, full)
     try:
         if "--service" in argv:
             for way, split in WAYS:
                 bench.start_service(way, split)
-        run(bench, args)
+        run(bench, args, n)
     finally:
         bench.stop()
 
 
-def run(bench, args):
+def run(bench, args, corpus_n):
     files = []
     for spec in args[2:]:
         path, task = spec.split(":", 1)
@@ -331,7 +330,7 @@ def run(bench, args):
                 with open(os.path.join("examples/kernelbench", fn)) as f:
                     files.append((fn[:-3], os.path.join("examples/tasks", fn), f.read()))
         print("rules: %s; mode: %s%s; machine: %d CPUs" % ("kernelbench" if bench.rules else "cuda-agent (corpus copies made policy-clean)", "full evaluation" if bench.full else "--compile-only", " through an evaluator service per way" if bench.sockets else " (one-shot)", os.cpu_count()))
-        files += corpus_files(bench.corpus_n, bench)
+        files += corpus_files(corpus_n, bench)
     bench.warm_up(files[0][1], files[0][2])
     for name, task, text in files:
         bench.run_file(name, task, text)

@@ -185,7 +185,7 @@ def choose(fp: Footprint, free: int | None, min_level: int = 0) -> Plan | None:
     if free is None:
         return plans[0] if plans else None
     fitting = [p for p in plans if p.need_bytes <= free]
-    full = [p for p in fitting if p.float64 or not fp.float_output]
+    full = [p for p in fitting if p.float64]
     comfy = [p for p in full if p.need_bytes <= comfort_bytes(fp)]
     if comfy:
         return comfy[0]
