@@ -16,4 +16,7 @@ if __name__ == "__main__":
     stages.ppo_stage(toy_config(sys.argv[1], int(sys.argv[2])), "ppo", toy)
     import torch.distributed as dist
     if dist.is_initialized():
+        # Both ranks reach the teardown together: a gloo group torn down while the other rank
+        # still talks to it aborted once ("terminate called without an active exception").
+        dist.barrier()
         dist.destroy_process_group()
