@@ -66,7 +66,7 @@ for t in "$BUILD"/tests/unit/test_*; do
     log="$TMP_ROOT/$(basename "$t").log"
     # Cases that run real compilers (nvcc, c++) get longer on a busy two-core machine.
     limit=${TEST_TIMEOUT:-20}
-    case $name in unit/test_compile) limit=${TEST_TIMEOUT:-120} ;; esac
+    case $name in unit/test_compile | unit/test_compile_inline) limit=${TEST_TIMEOUT:-120} ;; esac
     t0=$SECONDS
     TMPDIR="$TMP_ROOT" TEST_TIMEOUT=$limit "$t" >"$log" 2>&1
     rc=$?
