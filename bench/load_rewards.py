@@ -368,7 +368,14 @@ def main() -> int:
         # Idle phase: as many subjects as leave time for their load phase too.
         idle: dict[str, list[dict]] = {}
         load: dict[str, list[dict]] = {}
+        # One evaluation's wall time, compiles cached, measured once on the first subject (the
+        # warm-up's include the compile): what the budget below is reckoned in.
         per_eval = None
+        if subjects:
+            probe = evaluate(ca, svc.sock, next(iter(subjects.values())), args.budget_ms,
+                             timing_args)
+            per_eval = probe["wall_s"]
+            log(f"one evaluation, compiled: {per_eval:.1f} s")
         for k, (n, target) in enumerate(subjects.items()):
             # This subject's idle block, and the load blocks of it and of those before it
             # (an evaluation under load taken as 2 idle ones).
