@@ -68,12 +68,27 @@ def classify(report: dict, stage: str, message: str) -> str:
     return f"{stage}/{kind}{where}: {first[:70]}"
 
 
+def is_sqlite(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("db", nargs="+", help="stores of `bench run`; later ones override")
     p.add_argument("--json", help="also write the classes and numbers here")
     p.add_argument("--task-list", help="write the disagreeing tasks' ids here, comma-separated")
     opts = p.parse_args()
+    # `--json a.sqlite b.sqlite` reads as a flag before two stores but names a.sqlite as the
+    # output: an output that is a store (or any SQLite file) is refused, never overwritten.
+    for flag, out in (("--json", opts.json), ("--task-list", opts.task_list)):
+        if out and is_sqlite(out):
+            print(f"{flag} {out}: that is an SQLite file (a store?); refusing to overwrite it "
+                  f"({flag} takes the file to write)", file=sys.stderr)
+            return 2
     latest: dict[tuple[str, str], tuple] = {}  # (task, label) -> row, the last store's
     for path in opts.db:
         if not os.path.isfile(path):

@@ -192,6 +192,11 @@ expect "lb_disagreements: a later store's verdicts replace an earlier one's" 0 \
 run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/lb2.sqlite" "$PWD/lb.sqlite"
 expect "lb_disagreements: in the order given" 0 \
     "3 solutions evaluated, 2 correct as KernelBench scored them (66.7%)"
+cp "$PWD/lb.sqlite" "$PWD/lb3.sqlite"
+run "$PY" "$CA_REPO/bench/lb_disagreements.py" --json "$PWD/lb3.sqlite" "$PWD/lb.sqlite"
+expect "lb_disagreements: --json naming a store is refused" 2 "" \
+    "--json $PWD/lb3.sqlite: that is an SQLite file"
+assert "... and the store is left as it was" cmp -s "$PWD/lb.sqlite" "$PWD/lb3.sqlite"
 run "$PY" "$CA_REPO/bench/lb_disagreements.py" "$PWD/lb.sqlite" "$PWD/missing.sqlite"
 expect "lb_disagreements: a missing second store" 2 "" "missing.sqlite: no such file"
 # bench/bench_leaderboard.sh itself, on a copy of the fake corpus where one correct solution was
