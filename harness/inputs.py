@@ -100,6 +100,12 @@ def input_domains(task: Any) -> dict[int, str]:
     return out
 
 
+# Elements per slice of heavy_tailed_like's float64 work: its temporaries stay a few slices
+# (128 MiB each), whatever the input's size. Found on a GPU: drawn whole, the adversarial set
+# of a 6 GiB input took about 48 GiB of float64 temporaries, the evaluator's peak.
+HEAVY_CHUNK_ELEMS = 1 << 24
+
+
 def heavy_tailed_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """Heavy-tailed values with x's shape, dtype, spread (std) and support.
 
@@ -111,24 +117,68 @@ def heavy_tailed_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     (an identity shortcut for relu on torch.rand inputs must fail); INPUT_DOMAINS protects an
     input whose domain forbids it. Found on real KernelBench solutions: a triangular matmul
     failed only because this set filled the zero triangle.
+
+    Computed in slices of HEAVY_CHUNK_ELEMS (float64 arithmetic per slice): besides its
+    result, one buffer of x's size at most (none for float32 and float64 inputs on the
+    generator's device). The values depend on the generator's state alone, so a set drawn
+    again from its seed is the same.
     """
     if x.numel() == 0:
         return x.clone()
-    xd = x.detach().to(torch.float64)
-    scale = float(xd.std()) if x.numel() > 1 else 0.0
+    xf = x.detach().reshape(-1)
+    n, chunk = xf.numel(), HEAVY_CHUNK_ELEMS
+    scale = spread(xf)
+    dev = gen.device
+    # The mixture's raw values, kept in x's dtype where that holds them well (half types:
+    # float32) until their own spread is known.
+    work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    z = torch.empty(n, dtype=work, device=dev)
+    total = total_sq = 0.0
+    for st in range(0, n, chunk):
+        m = min(chunk, n - st)
+        a = torch.randn(m, generator=gen, dtype=torch.float64, device=dev)
+        a *= torch.exp(0.75 * torch.randn(m, generator=gen, dtype=torch.float64, device=dev))
+        total += float(a.sum())
+        total_sq += float((a * a).sum())
+        z[st:st + m] = a
+        del a
+    zstd = math.sqrt(max(total_sq - total * total / n, 0.0) / (n - 1)) if n > 1 else 1.0
+    zstd = max(zstd, 1e-12)
+    out = z if (work == x.dtype and z.device == x.device) else \
+        torch.empty(n, dtype=x.dtype, device=x.device)
+    for st in range(0, n, chunk):
+        a = z[st:st + chunk].to(torch.float64)
+        if n > 1:
+            a /= zstd
+        a = (a * scale).clamp_(-20.0 * scale, 20.0 * scale)
+        a[xf[st:st + chunk].to(dev) == 0] = 0.0
+        out[st:st + chunk] = a.to(out.device)
+        del a
+    return out.view(x.shape)
+
+
+def spread(xf: torch.Tensor) -> float:
+    """The scale heavy_tailed_like gives its values: the standard deviation of flat xf (in
+    float64, a slice at a time), else the largest finite magnitude, else 1."""
+    n, chunk = xf.numel(), HEAVY_CHUNK_ELEMS
+    scale = 0.0
+    if n > 1:
+        mean = sum(float(xf[st:st + chunk].to(torch.float64).sum())
+                   for st in range(0, n, chunk)) / n
+        ss = sum(float(((xf[st:st + chunk].to(torch.float64) - mean) ** 2).sum())
+                 for st in range(0, n, chunk))
+        scale = math.sqrt(ss / (n - 1)) if math.isfinite(ss) else math.nan
     if not math.isfinite(scale) or scale == 0.0:
-        finite = xd[torch.isfinite(xd)]
-        scale = float(finite.abs().max()) if finite.numel() else 0.0
+        best = 0.0
+        for st in range(0, n, chunk):
+            a = xf[st:st + chunk].to(torch.float64)
+            a = a[torch.isfinite(a)]
+            if a.numel():
+                best = max(best, float(a.abs().max()))
+        scale = best
     if not math.isfinite(scale) or scale == 0.0:
         scale = 1.0
-    z = torch.randn(x.shape, generator=gen, dtype=torch.float64, device=gen.device)
-    z = z * torch.exp(0.75 * torch.randn(x.shape, generator=gen, dtype=torch.float64,
-                                         device=gen.device))
-    if z.numel() > 1:
-        z = z / z.std().clamp_min(1e-12)
-    z = (z * scale).clamp(-20.0 * scale, 20.0 * scale)
-    z = torch.where(xd.to(z.device) == 0, torch.zeros_like(z), z)
-    return z.to(x.device, x.dtype)
+    return scale
 
 
 def draw_inputs(task: Any, device: torch.device) -> list[Any]:
