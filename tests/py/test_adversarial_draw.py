@@ -14,8 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import harness_case  # noqa: E402,F401  (puts harness/ on the path)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "harness"))
 import inputs  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
