@@ -369,9 +369,12 @@ def main() -> int:
         idle: dict[str, list[dict]] = {}
         load: dict[str, list[dict]] = {}
         # One evaluation's wall time, compiles cached, measured once on the first subject (the
-        # warm-up's include the compile): what the budget below is reckoned in.
+        # warm-up's include the compile), its baselines measured again as below: what the
+        # budget below is reckoned in.
         per_eval = None
         if subjects:
+            if not args.keep_baselines:
+                clear_baselines(svc.cache)
             probe = evaluate(ca, svc.sock, next(iter(subjects.values())), args.budget_ms,
                              timing_args)
             per_eval = probe["wall_s"]
