@@ -195,19 +195,23 @@ run "$CA" run --task "$TASK" --model m --base-url http://127.0.0.1:9/v1 "${SANDB
 expect "connection refused" 1 "cannot reach the model server"
 
 # ---- timeouts and replies that never end ----
-echo '[{"delay": 5, "content": "late"}]' >slow.json
+# Each bound below sits far under how long the server would make the agent wait (a 30 s delay, an
+# hour's hang, a reply without end), and far over the agent's limit: what it shows is that the
+# limit cut the request, not how fast a process starts. A sanitizer build on a loaded machine has
+# taken 5 s to start and stop the agent and its sandbox, so a tight bound here is only a flake.
+echo '[{"delay": 30, "content": "late"}]' >slow.json
 serve slow
 t0=$(date +%s)
 agent --out "$PWD/slow" --no-eval --request-timeout 1 --retries 0
 expect "request timeout" 1 "did not answer in time"
-assert "cut within 4 s" [ $(($(date +%s) - t0)) -le 4 ]
+assert "cut long before the 30 s reply" [ $(($(date +%s) - t0)) -le 15 ]
 
 echo '[{"hang": true}]' >hang.json
 serve hang
 t0=$(date +%s)
 agent --out "$PWD/hang" --no-eval --stall-timeout 1 --retries 0
 expect "stalled reply is cut" 1 "did not answer in time"
-assert "stall cut within 6 s" [ $(($(date +%s) - t0)) -le 6 ]
+assert "stall cut" [ $(($(date +%s) - t0)) -le 15 ]
 
 echo '[{"endless": true}, {"endless": true}]' >endless.json
 serve endless
@@ -215,7 +219,7 @@ t0=$(date +%s)
 agent --out "$PWD/endless" --no-eval --request-timeout 3 --retries 0
 expect "a reply that never ends is cut" 1 "stop: model_error"
 assert "cut by size or time" grep -Eq 'over the limit of|did not answer in time' "$OUT"
-assert "endless cut within 7 s" [ $(($(date +%s) - t0)) -le 7 ]
+assert "endless reply cut" [ $(($(date +%s) - t0)) -le 15 ]
 
 echo '[{"raw": "this is not json"}]' >garbage.json
 serve garbage
@@ -235,12 +239,14 @@ expect "a higher turn limit goes on" 0 "stop: max_turns after 4 turn(s)"
 assert "limit told to the model" [ "$(py "$LOG" '"at most 3 turns" in L[0]["body"]["messages"][0]["content"]')" = True ]
 
 # ---- the wall clock ----
-echo '[{"tool_calls": [{"name": "Bash", "arguments": {"command": "true"}}]}, {"delay": 10, "content": "late"}]' >wall.json
+echo '[{"tool_calls": [{"name": "Bash", "arguments": {"command": "true"}}]}, {"delay": 30, "content": "late"}]' >wall.json
 serve wall
 t0=$(date +%s)
 agent --out "$PWD/wall" --no-eval --wall-clock 2
 expect "wall-clock budget" 0 "stop: wall_clock after 1 turn(s)"
-assert "stopped within 6 s" [ $(($(date +%s) - t0)) -le 6 ]
+assert "stopped long before the 30 s reply" [ $(($(date +%s) - t0)) -le 15 ]
+# the agent's own clock: the 2 s budget, not the process around it
+assert "budget kept by the agent's clock" [ "$(sed -n 's/.*after 1 turn(s) (\([0-9]*\)\.[0-9] s:.*/\1/p' "$OUT")" -le 3 ]
 
 # ---- the context budget: trimming, elision, overflow ----
 python3 - >ctx.json <<'EOF'
@@ -296,7 +302,7 @@ assert "model from the trajectory" [ "$(py "$LOG" 'L[0]["body"]["model"]')" = te
 assert "files survived" [ -f "$PWD/killed/workspace/kernels/two.txt" ]
 
 # ---- SIGTERM: the request in flight is abandoned, the episode ends resumable ----
-echo '[{"delay": 30, "content": "too late"}]' >term.json
+echo '[{"delay": 60, "content": "too late"}]' >term.json
 serve term
 "$CA" run --task "$TASK" --model test-model --base-url "$URL" "${SANDBOX[@]}" --out "$PWD/term" --no-eval >"$OUT" 2>"$ERR" &
 AGENT_PID=$!
@@ -306,7 +312,7 @@ kill -TERM "$AGENT_PID"
 wait "$AGENT_PID"
 RC=$?
 expect "SIGTERM stops the run" 1 "stop: interrupted"
-assert "stopped within 5 s" [ $(($(date +%s) - t0)) -le 5 ]
+assert "stopped long before the 60 s reply" [ $(($(date +%s) - t0)) -le 15 ]
 assert "final line written" [ "$(py "$PWD/term/trajectory.jsonl" 'L[-1]["stop_reason"]')" = interrupted ]
 echo '[{"content": "after the signal"}]' >term2.json
 serve term2
