@@ -26,9 +26,6 @@ MAX_FIRST_MISMATCHES = 5
 PRECISION_FACTOR = 10.0
 PRECISION_REL_FLOOR_EPS = 128.0
 PRECISION_ABS_FLOOR = 1e-12
-# Outputs larger than this many elements are compared slice by slice (memplan: the
-# comparison's temporaries stay bounded whatever the output's size); same verdicts.
-COMPARE_CHUNK_ELEMS = memplan.COMPARE_CHUNK_ELEMS
 # The least share of the forward's GPU time that must run inside the extension's functions.
 MIN_EXTENSION_SHARE = 0.25
 
@@ -108,10 +105,10 @@ def compare_tensor(j: int, got: torch.Tensor, exp: torch.Tensor, atol: float,
 
 def compare_tensor_sliced(j: int, got: torch.Tensor, exp: torch.Tensor, atol: float,
                           rtol: float) -> dict[str, Any]:
-    """compare_tensor, on flat slices of COMPARE_CHUNK_ELEMS elements when the output is
-    larger (the same record: counts summed, the largest difference, the first mismatches in
+    """compare_tensor, on flat slices of memplan.SLICE_ELEMS elements when the output is
+    larger (the temporaries stay bounded whatever the output's size; the same record: counts summed, the largest difference, the first mismatches in
     row-major order)."""
-    chunk = COMPARE_CHUNK_ELEMS
+    chunk = memplan.SLICE_ELEMS
     n = exp.numel()
     if n <= chunk:
         return compare_tensor(j, got, exp.to(got.device), atol, rtol)
@@ -186,9 +183,9 @@ def precision_record_sliced(j: int, got: torch.Tensor, ref: torch.Tensor,
                             ref64: Any) -> dict[str, Any] | None:
     """precision_record, with references (float32 and float64) that may live in host memory
     (moved to the candidate output's device a slice at a time) and on flat slices of
-    COMPARE_CHUNK_ELEMS elements when the output is larger (the RMS sums added up slice by
+    memplan.SLICE_ELEMS elements when the output is larger (the RMS sums added up slice by
     slice)."""
-    chunk = COMPARE_CHUNK_ELEMS
+    chunk = memplan.SLICE_ELEMS
     if not isinstance(ref64, torch.Tensor) or ref.numel() <= chunk:
         if isinstance(ref64, torch.Tensor) and ref64.device != got.device:
             ref64 = ref64.to(got.device)

@@ -16,6 +16,7 @@ import timing
 set_precision = timing.set_precision
 
 import harness_util as hu
+import memplan
 
 
 class EvalError(Exception):
@@ -92,10 +93,12 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def count_changed(a: torch.Tensor, o: torch.Tensor,
-                  chunk: int = 1 << 26) -> tuple[int, int | None]:
+                  chunk: int | None = None) -> tuple[int, int | None]:
     """How many elements of a differ from o (NaN equal to NaN; same shape and dtype assumed)
-    and the flat index of the first, compared on a's device in flat slices of `chunk` elements
-    (o may live in host memory: a slice at a time is moved in)."""
+    and the flat index of the first, compared on a's device in flat slices of `chunk`
+    (default memplan.SLICE_ELEMS) elements (o may live in host memory: a slice at a time is
+    moved in)."""
+    chunk = chunk or memplan.SLICE_ELEMS
     af, of = a.reshape(-1), o.reshape(-1)
     changed, first = 0, None
     for start in range(0, af.numel(), chunk):

@@ -864,6 +864,11 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                             stage="timing")
 
         # -- baselines (this process), speed of light
+        # The candidate has ended: its arena goes now, not after the baselines (on a GPU two
+        # input sets' worth of device memory that the reference's timed forwards may need).
+        if ses.arena is not None:
+            ses.arena.close()
+            ses.arena = None
         t_base = time.monotonic()
         key = baseline_key(task_sha, dev, opts.precision, opts.timing)
         # A lazy plan: the baselines time set 0's inputs, and the speed of light counts its

@@ -100,10 +100,12 @@ def input_domains(task: Any) -> dict[int, str]:
     return out
 
 
-# Elements per slice of heavy_tailed_like's float64 work: its temporaries stay a few slices
-# (128 MiB each), whatever the input's size. Found on a GPU: drawn whole, the adversarial set
-# of a 6 GiB input took about 48 GiB of float64 temporaries, the evaluator's peak.
-HEAVY_CHUNK_ELEMS = 1 << 24
+def heavy_slice_elems() -> int:
+    """Elements per slice of heavy_tailed_like's float64 work (a quarter of memplan's slice:
+    several float64 buffers of a slice are alive at once, 128 MiB each). Found on a GPU:
+    drawn whole, the adversarial set of a 6 GiB input took about 48 GiB of float64
+    temporaries, the evaluator's peak."""
+    return max(1, memplan.SLICE_ELEMS // 4)
 
 
 def heavy_tailed_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -118,7 +120,7 @@ def heavy_tailed_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     input whose domain forbids it. Found on real KernelBench solutions: a triangular matmul
     failed only because this set filled the zero triangle.
 
-    Computed in slices of HEAVY_CHUNK_ELEMS (float64 arithmetic per slice): besides its
+    Computed in slices of heavy_slice_elems() (float64 arithmetic per slice): besides its
     result, one buffer of x's size at most (none for float32 and float64 inputs on the
     generator's device). The values depend on the generator's state alone, so a set drawn
     again from its seed is the same.
@@ -126,7 +128,7 @@ def heavy_tailed_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     if x.numel() == 0:
         return x.clone()
     xf = x.detach().reshape(-1)
-    n, chunk = xf.numel(), HEAVY_CHUNK_ELEMS
+    n, chunk = xf.numel(), heavy_slice_elems()
     scale = spread(xf)
     dev = gen.device
     # The mixture's raw values, kept in x's dtype where that holds them well (half types:
@@ -160,7 +162,7 @@ def heavy_tailed_like(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def spread(xf: torch.Tensor) -> float:
     """The scale heavy_tailed_like gives its values: the standard deviation of flat xf (in
     float64, a slice at a time), else the largest finite magnitude, else 1."""
-    n, chunk = xf.numel(), HEAVY_CHUNK_ELEMS
+    n, chunk = xf.numel(), heavy_slice_elems()
     scale = 0.0
     if n > 1:
         mean = sum(float(xf[st:st + chunk].to(torch.float64).sum())
@@ -662,12 +664,20 @@ def choose_stress_scale(s: InputSet, model: torch.nn.Module,
     reference that overflows where float64 does not cannot be trusted at that scale). Fills
     its references (ref64 too, where a float64 model exists), the atol factors (how much each
     output's RMS grew, at least 1) and info; False (info["skipped"] says why) when no factor
-    qualifies."""
+    qualifies.
+
+    Memory: of the unscaled reference only what the checks need is kept (Unscaled: where
+    each output is finite, its RMS), and a rejected factor's inputs and references are
+    dropped before the next factor's are made; beside set 0 this holds the unscaled inputs,
+    a scaled copy, the reference forward's copy of it and its outputs (the setup phase's
+    peak: on a 12 GiB ReLU task the whole unscaled reference stayed alive here too)."""
     base = s.orig
     compute_reference(model, s, device)  # the unscaled draw: finite positions, magnitudes
-    base_ref = s.ref
+    base_out = [unscaled(b) for b in s.ref]
+    s.ref = []
     tried = []
     for f in STRESS_FACTORS:
+        s.orig, s.ref, s.ref64 = None, [], None  # the last factor's, gone before the next
         s.orig = [x * f if k in s.scaled_inputs else x for k, x in enumerate(base)]
         why = None
         if any(bool((torch.isfinite(base[k]) & ~torch.isfinite(s.orig[k])).any())
@@ -679,13 +689,12 @@ def choose_stress_scale(s: InputSet, model: torch.nn.Module,
             except EvalError as e:
                 why = f"the reference raised: {e.message}"
         if why is None:
-            s.ref64 = None
             if model64 is not None:
                 compute_reference64(model64, s, device)
-            why = stress_rejection(base_ref, s.ref, s.ref64)
+            why = stress_rejection(base_out, s.ref, s.ref64)
         if why is None:
             s.scale, s.enforce_precision = f, False
-            s.atol_scale = [growth(b, r) for b, r in zip(base_ref, s.ref)]
+            s.atol_scale = [growth(b, r) for b, r in zip(base_out, s.ref)]
             info.update(scale=f, atol_scale=s.atol_scale, float64_checked=s.ref64 is not None)
             if tried:
                 info["rejected"] = tried
@@ -697,15 +706,28 @@ def choose_stress_scale(s: InputSet, model: torch.nn.Module,
     return False
 
 
-# Elements per slice of the value-stress checks below: their temporaries stay bounded
-# (compare.COMPARE_CHUNK_ELEMS is the same bound for the comparisons).
-STRESS_CHUNK_ELEMS = 1 << 26
+class Unscaled:
+    """What the value-stress checks keep of one tensor output of the unscaled reference: its
+    shape, where it is finite (one byte per element, flat) and the RMS of its finite
+    elements."""
+
+    def __init__(self, b: torch.Tensor):
+        b = b.detach()
+        self.shape = b.shape
+        self.finite = torch.isfinite(b).reshape(-1)
+        self.rms = rms_finite(b)
 
 
-def stress_rejection(base_ref: list[Any], ref: list[Any], ref64: list[Any] | None) -> str | None:
-    """Why a scaled set's references are unusable (choose_stress_scale), or None. Outputs are
-    checked in flat slices of STRESS_CHUNK_ELEMS elements."""
-    for j, (b, r) in enumerate(zip(base_ref, ref)):
+def unscaled(b: Any) -> Any:
+    """An output of the unscaled reference as the checks keep it (a non-tensor as it is)."""
+    return Unscaled(b) if isinstance(b, torch.Tensor) else b
+
+
+def stress_rejection(base_out: list[Any], ref: list[Any], ref64: list[Any] | None) -> str | None:
+    """Why a scaled set's references are unusable (choose_stress_scale), or None; base_out is
+    the unscaled reference's outputs as unscaled() keeps them. Outputs are checked in flat
+    slices of memplan.SLICE_ELEMS elements."""
+    for j, (b, r) in enumerate(zip(base_out, ref)):
         if not isinstance(r, torch.Tensor):
             if isinstance(r, float) and isinstance(b, float) and math.isfinite(b) and \
                     not math.isfinite(r):
@@ -713,15 +735,16 @@ def stress_rejection(base_ref: list[Any], ref: list[Any], ref64: list[Any] | Non
             continue
         if not r.is_floating_point():
             continue
-        if not isinstance(b, torch.Tensor) or b.shape != r.shape:
+        if not isinstance(b, Unscaled) or b.shape != r.shape:
             return f"output {j}'s shape depends on the input values"
         r64 = ref64[j] if ref64 is not None else None
         with64 = isinstance(r64, torch.Tensor) and r64.shape == r.shape
-        bf, rf = b.reshape(-1), r.reshape(-1)
+        rf = r.reshape(-1)
         r64f = r64.reshape(-1) if with64 else None
-        for st in range(0, rf.numel(), STRESS_CHUNK_ELEMS):
-            end = st + STRESS_CHUNK_ELEMS
-            finite = torch.isfinite(bf[st:end])
+        chunk = memplan.SLICE_ELEMS
+        for st in range(0, rf.numel(), chunk):
+            end = st + chunk
+            finite = b.finite[st:end].to(rf.device)
             if r64f is not None:
                 fin_c = torch.isfinite(r64f[st:end].to(r.dtype))
                 if bool((finite & ~fin_c).any()):
@@ -739,9 +762,9 @@ def stress_rejection(base_ref: list[Any], ref: list[Any], ref64: list[Any] | Non
 def rms_finite(t: torch.Tensor) -> float:
     """The RMS of a tensor's finite elements (0 when none), in float64, a slice at a time."""
     tf = t.detach().reshape(-1)
-    total, n = 0.0, 0
-    for st in range(0, tf.numel(), STRESS_CHUNK_ELEMS):
-        x = tf[st:st + STRESS_CHUNK_ELEMS].to(torch.float64)
+    total, n, chunk = 0.0, 0, memplan.SLICE_ELEMS
+    for st in range(0, tf.numel(), chunk):
+        x = tf[st:st + chunk].to(torch.float64)
         x = x[torch.isfinite(x)]
         total += float((x * x).sum())
         n += x.numel()
@@ -750,11 +773,17 @@ def rms_finite(t: torch.Tensor) -> float:
 
 
 def growth(b: Any, r: Any) -> float:
-    """How much an output's RMS (over finite elements) grew from b to r; at least 1."""
-    if not (isinstance(b, torch.Tensor) and isinstance(r, torch.Tensor)
-            and r.is_floating_point() and r.numel()):
+    """How much an output's RMS (over finite elements) grew from b (the unscaled output, or
+    what unscaled() keeps of it) to r; at least 1."""
+    if not (isinstance(r, torch.Tensor) and r.is_floating_point() and r.numel()):
         return 1.0
-    rb, rr = rms_finite(b), rms_finite(r)
+    if isinstance(b, Unscaled):
+        rb = b.rms
+    elif isinstance(b, torch.Tensor):
+        rb = rms_finite(b)
+    else:
+        return 1.0
+    rr = rms_finite(r)
     return max(1.0, rr / rb) if rb > 0 and math.isfinite(rr / rb) else 1.0
 
 

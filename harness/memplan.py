@@ -43,11 +43,18 @@ MIB = 1 << 20
 FIXED_OVERHEAD = GIB
 # The candidate process's CUDA context and PyTorch's start-up allocations.
 CANDIDATE_CONTEXT = GIB // 2
-# Comparisons run on slices of at most this many elements (compare.COMPARE_CHUNK_ELEMS), so
-# their temporaries (float64 differences, masks, precision sums, a reference slice
-# moved in) stay bounded; about 24 bytes per element of the slice are alive at once.
-COMPARE_CHUNK_ELEMS = 1 << 26
-COMPARE_BYTES_PER_ELEM = 24
+# Every pass over a large tensor works on flat slices of at most this many elements, so that
+# its temporaries stay bounded whatever the task's size: the comparisons (float64
+# differences, masks, precision sums, a reference slice moved in: about
+# COMPARE_BYTES_PER_ELEM bytes per element of the slice alive at once), the input-mutation
+# counts (evalbase.count_changed), the value-stress checks and, a quarter of it at a time,
+# the adversarial set's float64 work (inputs.heavy_tailed_like). Read when used, so a test
+# can make it small and a small task stand for a large one.
+SLICE_ELEMS = 1 << 26
+# Counted in CPU mode (tests/py/test_memory_phases.py): compare_tensor keeps three float64
+# and seven bool temporaries of its slice alive at once (31 bytes), precision_record_sliced
+# four float64 ones.
+COMPARE_BYTES_PER_ELEM = 32
 # Device memory a worker may keep between jobs for the next job's prefetched input sets.
 PREFETCH_BUDGET = 4 * GIB
 # A plan is preferred when it needs at most this many footprints plus the slack (issue 22's
@@ -140,14 +147,17 @@ def trusted_bytes(fp: Footprint, window: int, lazy: bool, float64: bool = True) 
     fp64_forward = 2 * forward if f64 else 0
     ref64 = 2 * fp.output_bytes if f64 else 0
     compare = fp.output_bytes + COMPARE_BYTES_PER_ELEM * min(fp.max_output_elems,
-                                                             COMPARE_CHUNK_ELEMS)
-    # The derived and extra-shape sets have no recipe: kept whole whatever the plan.
+                                                             SLICE_ELEMS)
+    # The derived and extra-shape sets have no recipe: kept whole whatever the plan (their
+    # arena slots, pristine inputs and references, and float64 references: about their outputs
+    # twice over, counted as their whole estimate).
+    extra = (3 if f64 else 2) * fp.resident_extra_bytes
     if lazy:
-        resident = (1 + window) * _per_set(fp, True) + 2 * fp.resident_extra_bytes
+        resident = (1 + window) * _per_set(fp, True) + extra
         transient = fp.input_bytes + max(fp64_forward, ref64 + forward,
                                          ref64 + fp.output_bytes + compare)
     else:
-        resident = (1 + window) * _per_set(fp, False) + 2 * fp.resident_extra_bytes
+        resident = (1 + window) * _per_set(fp, False) + extra
         transient = max(fp64_forward, forward, compare)
     return fp.param_bytes + params64 + resident + transient
 

@@ -16,7 +16,14 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "harness"))
 import inputs  # noqa: E402
+import memplan  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+
+def heavy_slices(monkeypatch, chunk: int) -> None:
+    """heavy_tailed_like's slices made `chunk` elements (a quarter of memplan's slice)."""
+    monkeypatch.setattr(memplan, "SLICE_ELEMS", 4 * chunk)
+    assert inputs.heavy_slice_elems() == chunk
 
 
 def draw(x: torch.Tensor, seed: int = 7) -> torch.Tensor:
@@ -28,9 +35,9 @@ def kurtosis(t: torch.Tensor) -> float:
     return float((d ** 4).mean() / (d ** 2).mean() ** 2)
 
 
-@pytest.mark.parametrize("chunk", [inputs.HEAVY_CHUNK_ELEMS, 1000])
+@pytest.mark.parametrize("chunk", [inputs.heavy_slice_elems(), 1000])
 def test_keeps_shape_dtype_spread_and_zeros(monkeypatch, chunk):
-    monkeypatch.setattr(inputs, "HEAVY_CHUNK_ELEMS", chunk)
+    heavy_slices(monkeypatch, chunk)
     x = torch.randn(64, 250) * 3.0
     x[:, :10] = 0.0  # a structure the task may rely on: kept in every slice
     h = draw(x)
@@ -52,10 +59,10 @@ def test_mixes_signs_where_the_draw_had_none():
     assert bool((h < 0).any()) and bool((h > 0).any())
 
 
-@pytest.mark.parametrize("chunk", [inputs.HEAVY_CHUNK_ELEMS, 999])
+@pytest.mark.parametrize("chunk", [inputs.heavy_slice_elems(), 999])
 def test_the_same_seed_gives_the_same_values(monkeypatch, chunk):
     """A lazy memory plan draws the set again before comparing it: it must be the same."""
-    monkeypatch.setattr(inputs, "HEAVY_CHUNK_ELEMS", chunk)
+    heavy_slices(monkeypatch, chunk)
     x = torch.randn(5000)
     assert torch.equal(draw(x, 3), draw(x, 3))
     assert not torch.equal(draw(x, 3), draw(x, 4))
@@ -108,7 +115,7 @@ def test_temporaries_stay_within_a_slice(monkeypatch, dtype):
     product): about 8 times a float32 input at once. In slices, nothing float64 is larger than
     a slice, and nothing at all larger than a float32 copy of the input."""
     chunk = 4096
-    monkeypatch.setattr(inputs, "HEAVY_CHUNK_ELEMS", chunk)
+    heavy_slices(monkeypatch, chunk)
     x = torch.randn(1 << 16).to(dtype)
     with LargestOutput() as meter:
         h = draw(x)

@@ -70,20 +70,22 @@ def test_per_set_cost_and_the_candidates_share():
 
 def test_trusted_share_under_each_placement():
     f = fp(n_streamed=1, resident_extra_bytes=GIB)
-    # set 0 + one streamed set, the extra sets (twice: slots, copies and references), and
-    # the float64 forward (inputs and peak in float64) as the largest transient.
+    # set 0 + one streamed set, the extra sets (three times: slots, copies and references,
+    # float64 references), and the float64 forward (inputs and peak in float64) as the
+    # largest transient.
     fp64 = 2 * (GIB + 2 * GIB)
-    assert memplan.trusted_bytes(f, 1, False) == 2 * 6 * GIB + 2 * GIB + fp64
+    assert memplan.trusted_bytes(f, 1, False) == 2 * 6 * GIB + 3 * GIB + fp64
     # Lazy: the arena's slots; the set compared is drawn again (its inputs alive throughout)
     # and the float64 forward is still the largest of its steps.
-    assert memplan.trusted_bytes(f, 1, True) == 2 * 2 * GIB + 2 * GIB + GIB + fp64
-    # Lean: no float64 forward or reference; the float32 forward or the comparison.
-    compare = GIB + memplan.COMPARE_BYTES_PER_ELEM * min(GIB // 4, memplan.COMPARE_CHUNK_ELEMS)
+    assert memplan.trusted_bytes(f, 1, True) == 2 * 2 * GIB + 3 * GIB + GIB + fp64
+    # Lean: no float64 forward or reference (the extra sets twice); the float32 forward or
+    # the comparison.
+    compare = GIB + memplan.COMPARE_BYTES_PER_ELEM * min(GIB // 4, memplan.SLICE_ELEMS)
     assert memplan.trusted_bytes(f, 1, True, False) == 2 * 2 * GIB + 2 * GIB + GIB + max(
         3 * GIB, GIB + compare)
     # Integer outputs: no float64 reference; the reference forward or the comparison.
     ints = fp(float_output=False, n_streamed=1)
-    compare = GIB + memplan.COMPARE_BYTES_PER_ELEM * memplan.COMPARE_CHUNK_ELEMS
+    compare = GIB + memplan.COMPARE_BYTES_PER_ELEM * memplan.SLICE_ELEMS
     assert memplan.trusted_bytes(ints, 1, True) == 2 * 2 * GIB + GIB + max(
         3 * GIB, GIB + compare)
     assert memplan.trusted_bytes(ints, 1, False) == 2 * 4 * GIB + max(3 * GIB, compare)
@@ -224,7 +226,7 @@ def test_sliced_compare_gives_the_same_record(monkeypatch):
     got[4, 0, 0] = float("nan")
     got[6, 12, 4] = float("inf")
     whole = compare.compare_tensor(0, got, exp, 1e-2, 1e-2)
-    monkeypatch.setattr(compare, "COMPARE_CHUNK_ELEMS", 17)
+    monkeypatch.setattr(memplan, "SLICE_ELEMS", 17)
     sliced = compare.compare_tensor_sliced(0, got, exp, 1e-2, 1e-2)
     assert sliced == whole
     assert whole["mismatches"] == 3 and whole["first_mismatches"][0]["index"] == [0, 3, 1]
@@ -236,7 +238,7 @@ def test_sliced_precision_matches_and_takes_a_host_reference(monkeypatch):
     ref = r64.float()
     got = (r64 + 1e-4 * torch.randn(64, 33, generator=gen, dtype=torch.float64)).float()
     whole = compare.precision_record(0, got, ref, r64)
-    monkeypatch.setattr(compare, "COMPARE_CHUNK_ELEMS", 100)
+    monkeypatch.setattr(memplan, "SLICE_ELEMS", 100)
     sliced = compare.precision_record_sliced(0, got, ref, r64)
     assert sliced["ok"] == whole["ok"] is False
     for k in ("candidate_rms_err", "reference_rms_err", "scale_rms", "threshold"):
