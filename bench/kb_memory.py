@@ -122,6 +122,9 @@ def run_one(opts: argparse.Namespace, level: int, path: str, tmp: str) -> dict:
     foot = mem.get("footprint") or {}
     plan = mem.get("plan") or {}
     idle = mem.get("idle_after") or {}
+    # The arena (inputs and output slots shared with the candidate): device memory of its own
+    # (cuda_vmm), outside both processes' allocator peaks, or host memory (memfd).
+    transport = (h.get("verification") or {}).get("transport") or {}
     rec.update(
         stage=report.get("stage"), ok=bool(report.get("ok")),
         verdict="infrastructure" if report.get("infrastructure_error") else
@@ -132,6 +135,8 @@ def run_one(opts: argparse.Namespace, level: int, path: str, tmp: str) -> dict:
                          + foot.get("param_bytes", 0)) if foot else None,
         footprint=foot or None, plan=plan or None,
         peak_bytes=mem.get("peak_bytes"),
+        transport=transport.get("kind"),
+        arena_device_bytes=transport.get("bytes") if transport.get("kind") == "cuda_vmm" else 0,
         peak_reserved_bytes=mem.get("peak_reserved_bytes"),
         candidate_peak_reserved_bytes=(mem.get("candidate_peak") or {}).get(
             "max_reserved_bytes"),
@@ -216,7 +221,7 @@ def main() -> int:
             print(f"[{k + 1}/{len(items)}] L{lv} {rec['task'][:44]:44} {rec.get('verdict'):14} "
                   f"{rec.get('failure') or '':14} fp {g(rec.get('footprint_bytes'))} peak "
                   f"{g(rec.get('peak_bytes'))} cand {g(rec.get('candidate_peak_reserved_bytes'))} "
-                  f"idle {g(rec.get('idle_reserved_bytes'))} GiB plan "
+                  f"arena {g(rec.get('arena_device_bytes'))} idle {g(rec.get('idle_reserved_bytes'))} GiB plan "
                   f"{(rec.get('plan') or {}).get('level', '-')}"
                   f"{'h' if (rec.get('plan') or {}).get('host') else ''} {rec['wall_s']:7.1f} s",
                   flush=True)
@@ -237,10 +242,11 @@ def main() -> int:
     oom_charged = [r["task"] for r in recs if r.get("failure") == "oom"]
     ratios = [r["peak_bytes"] / r["footprint_bytes"] for r in recs
               if r.get("peak_bytes") and r.get("footprint_bytes")]
-    # Both processes: the evaluator's reserved peak and the candidate's, over the footprint,
-    # for tasks of at least 1 GiB (below, the fixed overhead dominates any ratio).
-    both = [((r.get("peak_reserved_bytes") or 0) + (r.get("candidate_peak_reserved_bytes") or 0))
-            / r["footprint_bytes"] for r in recs
+    # Both processes: the evaluator's reserved peak, the candidate's and the arena on the
+    # device, over the footprint, for tasks of at least 1 GiB (below, the fixed overhead
+    # dominates any ratio).
+    both = [((r.get("peak_reserved_bytes") or 0) + (r.get("candidate_peak_reserved_bytes") or 0)
+             + (r.get("arena_device_bytes") or 0)) / r["footprint_bytes"] for r in recs
             if r.get("footprint_bytes") and r["footprint_bytes"] >= GIB
             and r.get("peak_reserved_bytes")]
     idle = [r["idle_reserved_bytes"] for r in recs if r.get("idle_reserved_bytes") is not None]
