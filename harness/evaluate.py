@@ -39,12 +39,12 @@ import quality  # noqa: E402
 from evalbase import (  # noqa: E402,F401
     is_oom, EvalError, Log, secret_seed, task_call, as_list, set_precision, nbytes)
 from job import (  # noqa: E402,F401
-    lay_out_streamed, check_streamed, write_model, lay_out, arena_inputs, fill_inputs,
+    lay_out_streamed, write_model, lay_out, arena_inputs, fill_inputs,
     received_outputs, footprint_of)
 from inputs import (  # noqa: E402,F401
     DEFAULT_DERIVED_SHAPES, sha256_file, load_task, heavy_tailed_like, InputSet, draw_sets,
     shape_models, model_at, smaller_odd, size_names, validate_derived, choose_stress_scale,
-    growth, cpu_state, SetPrefetch, check_reference64, compute_reference, compute_reference64)
+    growth, cpu_state, SetPrefetch, compute_reference)
 from compare import (  # noqa: E402,F401
     PRECISION_FACTOR, PRECISION_REL_FLOOR_EPS, MIN_EXTENSION_SHARE, first_true, unravel,
     compare_tensor, precision_record, set_label, check_set, check_reported, refused_record,
@@ -52,6 +52,7 @@ from compare import (  # noqa: E402,F401
 from baselines import (  # noqa: E402,F401
     kernel_floor, device_info, baseline_key, baseline_cache_path, measure_baselines, count_flops,
     speed_of_light, validate_stats, timing_section)
+from streaming import References  # noqa: E402
 from memplan import candidate_oom_note, oom_request_bytes, oom_within_budget  # noqa: E402,F401
 from candidate_proc import sanitize_failure  # noqa: E402
 
@@ -704,68 +705,17 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             log(f"device memory cannot be shared ({why_not_ipc}); tensors go through host "
                 "memory")
 
-        models64: dict[int, torch.nn.Module | None] = {0: model64}
-        why64 = why64_model
-        for k, m in enumerate(extra_models, start=1):
-            if not plan.float64:
-                models64[k] = None
-                continue
-            try:
-                model_state.as_built(m)
-                models64[k] = copy.deepcopy(m).double()
-            except Exception as exc:
-                if is_oom(exc):
-                    raise
-                models64[k] = None
-                why64 = why64 or f"{type(exc).__name__}: {exc}"
-
-        def reference64(s: InputSet) -> str | None:
-            return compute_reference64(models64[s.model_index], s, device)
-
-        def streaming_error(s: InputSet, why: str) -> EvalError:
-            return EvalError("infrastructure", f"input set {s.index} cannot be streamed under "
-                                               f"the memory plan: {why}", {"reason": "streaming"})
-
-        def prepare(s: InputSet) -> None:
-            """A streamed set drawn now, checked against its slots, with its references (a lazy
-            plan: the references wait for restore())."""
-            if s.orig is not None and (s.ref or plan.lazy):
-                return
-            s.materialize()
-            if plan.lazy:
-                why = check_streamed(s, outputs=False)
-                if why is not None:
-                    raise streaming_error(s, why)
-                return
-            compute_reference(s.model or model, s, device)
-            why = check_streamed(s)
-            if why is not None:
-                raise streaming_error(s, why)
-            reference64(s)
-
-        def restore(s: InputSet) -> None:
-            """A lazy plan's set, about to be compared: drawn again (the same values: its own
-            secret seed), its references made."""
-            if not plan.lazy or s.recipe is None or s.ref:
-                return
-            s.materialize()
-            reference64(s)  # first, while nothing else of the set's is on the device
-            compute_reference(s.model or model, s, device)
-            check_reference64(s)
-            why = check_streamed(s)
-            if why is not None:
-                raise streaming_error(s, why)
-
+        refs = References(plan, model, extra_models, model64, why64_model, device)
         ses.sets, ses.post = sets, post
-        ses.prepare = prepare if chunked else (lambda s: None)
-        ses.restore = restore
+        ses.prepare = refs.prepare if chunked else (lambda s: None)
+        ses.restore = refs.restore
         first_group = len(sets) if not ses.chunk_starts else ses.chunk_starts[0]
         out_bytes = [nbytes(x) for x in sets[0].ref]
         for s in sets:  # the post-timing set is written only once the timing is over
             if chunked and s.index in ses.streamed:
                 if s.index >= first_group:
                     continue
-                prepare(s)
+                refs.prepare(s)
             fill_inputs(arena, s, device)
             ses.drop_if_lazy(s)
         elapsed["job_files"] = time.monotonic() - t_job
@@ -814,9 +764,11 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         for s in all_sets:
             if s.ref64 is not None or s.orig is None:  # value-stress: computed with its scale
                 continue
-            why64 = why64 or reference64(s)
+            refs.why64 = refs.why64 or refs.reference64(s)
         if not chunked:
-            del models64, model64
+            refs.drop_models64()
+            del model64
+        why64 = refs.why64
         result["verification"]["fp64_reference"] = True if why64 is None else \
             f"unavailable: {hu.cap(why64, 512)}"
         mutated = sorted({k for s in all_sets for k in s.ref_mutated})

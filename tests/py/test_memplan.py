@@ -19,6 +19,7 @@ from harness_case import EXT_16_ROWS, assert_failed, evaluate, model_new  # noqa
 import compare  # noqa: E402  (harness/, on the path through harness_case)
 import evaluate as ev  # noqa: E402
 import memplan  # noqa: E402
+import streaming  # noqa: E402
 
 GIB = memplan.GIB
 
@@ -317,7 +318,7 @@ def fake_cuda_oom(*args, **kwargs):
 
 
 def test_an_evaluator_oom_is_retried_with_a_smaller_plan(tmp_path, monkeypatch):
-    real = ev.compute_reference64
+    real = streaming.compute_reference64
     levels = []
 
     def oom_on_the_roomy_plan(model64, s, device=None):
@@ -328,7 +329,7 @@ def test_an_evaluator_oom_is_retried_with_a_smaller_plan(tmp_path, monkeypatch):
         return real(model64, s, device)
 
     calls = {"n": 0}
-    monkeypatch.setattr(ev, "compute_reference64", oom_on_the_roomy_plan)
+    monkeypatch.setattr(streaming, "compute_reference64", oom_on_the_roomy_plan)
     run = evaluate(tmp_path)
     assert run.rc == 0, run
     mem = run.result["memory"]
@@ -338,7 +339,7 @@ def test_an_evaluator_oom_is_retried_with_a_smaller_plan(tmp_path, monkeypatch):
 
 
 def test_an_evaluator_oom_under_every_plan_is_an_infrastructure_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(ev, "compute_reference64", fake_cuda_oom)
+    monkeypatch.setattr(streaming, "compute_reference64", fake_cuda_oom)
     run = evaluate(tmp_path)
     assert run.rc == 3, run
     assert run.result["ok"] is False
