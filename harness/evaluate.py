@@ -280,6 +280,7 @@ class Session:
         self.prepare: Callable[[InputSet], None] = lambda s: None
         self.restore: Callable[[InputSet], None] = lambda s: None
         self.lazy = False  # memplan.Plan.lazy
+        self.set0_shared = False  # set 0 in the first group's slots (a lazy plan)
         self.streamed: set[int] = set()  # indices of the sets drawn a group at a time
         self.cand_stats: dict[str, Any] | None = None
         self.cand_window: quality.Window | None = None  # the host's load while timed
@@ -678,18 +679,24 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
         shutil.copyfile(os.path.join(opts.candidate_dir, "model_new.py"),
                         os.path.join(job_dir, "model_new.py"))
         if chunked:
-            resident = [s for s in all_sets if s.index not in ses.streamed]
+            # Under a lazy plan set 0 keeps nothing once written either: it takes the first
+            # group's slots too (one input set's slots fewer in the arena), and is written
+            # there again before the timing, which runs on it.
+            ses.set0_shared = plan.lazy
             order = [s for s in streamed if s is not post]
-            arena_bytes = lay_out_streamed(resident, order + ([post] if post else []),
+            rotation = ([sets[0]] if ses.set0_shared else []) + order
+            resident = [s for s in all_sets if s.index not in ses.streamed
+                        and not (ses.set0_shared and s is sets[0])]
+            arena_bytes = lay_out_streamed(resident, rotation + ([post] if post else []),
                                            plan.window, sets[0])
-            # The groups: set 0 and the first window of streamed sets, then a window at a
-            # time; the resident derived and extra-shape sets come last, with the last group.
-            ses.chunk_starts = [s.index for k, s in enumerate(order)
+            # The groups: the first window of the rotation (with set 0, in its own slots or
+            # the first group's), then a window at a time; the resident derived and
+            # extra-shape sets come last, with the last group.
+            ses.chunk_starts = [s.index for k, s in enumerate(rotation)
                                 if k and k % plan.window == 0]
-            if post is not None:  # after timing, in the first group's slots
-                post.slots = [dict(x) for x in order[0].slots] if order else post.slots
-                post.out_slots = [dict(o) for o in order[0].out_slots] if order else \
-                    post.out_slots
+            if post is not None and rotation:  # after timing, in the first group's slots
+                post.slots = [dict(x) for x in rotation[0].slots]
+                post.out_slots = [dict(o) for o in rotation[0].out_slots]
         else:
             arena_bytes = lay_out(all_sets)
         try:
@@ -789,6 +796,10 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                 cand.send("stop")
             else:
                 result["stage"] = ses.stage = "timing"
+                if ses.set0_shared:  # its slots have held the streamed sets since
+                    sets[0].materialize()
+                    fill_inputs(arena, sets[0], device)
+                    ses.drop_if_lazy(sets[0])
                 cand.send("time")
                 t_time = time.monotonic()
                 # The host's load while the candidate is timed (issue 21): measured here,

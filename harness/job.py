@@ -37,18 +37,25 @@ def input_value(x: Any, s_index: int, k: int) -> Any:
                     {"set": s_index, "input": k}, stage="setup")
 
 
+def _take_slots(layout: ar.Layout, s: InputSet) -> tuple[list[dict[str, Any]],
+                                                         list[dict[str, Any]]]:
+    """Slots for set s's tensor inputs and Model-shaped outputs (sized from its reference),
+    taken from layout; non-tensor inputs travel as values."""
+    ins = [{"kind": "tensor", "offset": layout.take(nbytes(x)), "dtype": str(x.dtype),
+            "shape": list(x.shape)} if isinstance(x, torch.Tensor) else
+           {"kind": "value", "value": input_value(x, s.index, k)}
+           for k, x in enumerate(s.orig)]
+    outs = [{"offset": layout.take(nbytes(r)), "nbytes": nbytes(r)}
+            if isinstance(r, torch.Tensor) else {"offset": None, "nbytes": 0} for r in s.ref]
+    return ins, outs
+
+
 def lay_out(sets: list[InputSet]) -> int:
     """Gives every set's tensor inputs and Model-shaped outputs a slot in the arena (outputs
     sized from the set's reference); returns the arena's size."""
     layout = ar.Layout()
     for s in sets:
-        s.slots = [{"kind": "tensor", "offset": layout.take(nbytes(x)), "dtype": str(x.dtype),
-                    "shape": list(x.shape)} if isinstance(x, torch.Tensor) else
-                   {"kind": "value", "value": input_value(x, s.index, k)}
-                   for k, x in enumerate(s.orig)]
-        s.out_slots = [{"offset": layout.take(nbytes(r)), "nbytes": nbytes(r)}
-                       if isinstance(r, torch.Tensor) else {"offset": None, "nbytes": 0}
-                       for r in s.ref]
+        s.slots, s.out_slots = _take_slots(layout, s)
     return layout.size
 
 
@@ -108,24 +115,18 @@ def received_outputs(arena: ar.Arena, s: InputSet, meta: Any) -> list[Any]:
     return outs
 
 
-def lay_out_streamed(resident: list[InputSet], streamed: list[InputSet], window: int,
+def lay_out_streamed(resident: list[InputSet], rotation: list[InputSet], window: int,
                      template: InputSet) -> int:
     """The arena of a memory plan that streams sets (memplan.Plan.window): the resident sets
-    (set 0, derived and extra shapes) each get their own slots, the streamed sets (of the
-    task's own shape, laid out like `template`, set 0) share `window` groups of slots, the
-    k-th streamed set using group k % window. Returns the arena's size."""
-    size = lay_out(resident)
+    (derived and extra shapes, and set 0 unless it is in the rotation) each get their own
+    slots; the sets of the rotation (of the task's own shape, laid out like `template`, set 0;
+    under a lazy plan set 0 itself comes first) share `window` groups of slots, the k-th using
+    group k % window. Returns the arena's size."""
     layout = ar.Layout()
-    layout.size = size
-    groups = []
-    for _ in range(max(1, window)):
-        ins = [{"kind": "tensor", "offset": layout.take(nbytes(x)), "dtype": str(x.dtype),
-                "shape": list(x.shape)} if isinstance(x, torch.Tensor) else dict(slot)
-               for x, slot in zip(template.orig or [], template.slots)]
-        outs = [{"offset": layout.take(o["nbytes"]), "nbytes": o["nbytes"]}
-                if o["offset"] is not None else dict(o) for o in template.out_slots]
-        groups.append((ins, outs))
-    for k, s in enumerate(streamed):
+    for s in resident:
+        s.slots, s.out_slots = _take_slots(layout, s)
+    groups = [_take_slots(layout, template) for _ in range(max(1, window))]
+    for k, s in enumerate(rotation):
         ins, outs = groups[k % len(groups)]
         s.slots = [dict(x) for x in ins]
         s.out_slots = [dict(o) for o in outs]

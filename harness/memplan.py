@@ -7,8 +7,9 @@ torch.cuda.max_memory_allocated). A plan says how many of the streamed input set
 adversarial, value-stress, post-timing: all of the task's own shape) are resident at once
 beside set 0 (`window`), and whether the sets drawn from a recipe keep anything besides their
 arena slots (`lazy`: they keep nothing; their pristine inputs are drawn again from their secret
-seeds and their references computed again when their outputs are compared, and the candidate's
-freed memory is poisoned with one block per output rather than two and a large one).
+seeds and their references computed again when their outputs are compared, set 0 shares the
+first group's slots and is written again before the timing, and the candidate's freed memory
+is poisoned with one block per output rather than two and a large one).
 make_plans() lists the plans from the roomiest (everything resident: the evaluation as it always
 ran) to the smallest (one streamed set at a time, lazy), and last, for tasks with floating
 outputs, the lean plan: lazy without the float64 reference (whose forward, in float64, is the
@@ -140,7 +141,8 @@ def trusted_bytes(fp: Footprint, window: int, lazy: bool, float64: bool = True) 
     again and its references made then, in this order (evaluate's restore()): its inputs stay
     alive throughout, the float64 forward runs first, then the float32 one beside the float64
     reference, then the comparison beside both references. Without float64 (the lean plan)
-    there is no float64 copy of the model, forward or reference."""
+    there is no float64 copy of the model, forward or reference. The setup, before the arena
+    exists, is counted too (setup_bytes): under a lazy plan it can be the larger."""
     f64 = fp.float_output and float64
     params64 = 2 * fp.param_bytes if f64 else 0
     forward = fp.input_bytes + fp.ref_peak_bytes
@@ -152,14 +154,28 @@ def trusted_bytes(fp: Footprint, window: int, lazy: bool, float64: bool = True) 
     # arena slots, pristine inputs and references, and float64 references: about their outputs
     # twice over, counted as their whole estimate).
     extra = (3 if f64 else 2) * fp.resident_extra_bytes
-    if lazy:
-        resident = (1 + window) * _per_set(fp, True) + extra
+    if lazy:  # set 0 takes the first group's slots: nothing of it is kept besides them
+        resident = window * _per_set(fp, True) + extra
         transient = fp.input_bytes + max(fp64_forward, ref64 + forward,
                                          ref64 + fp.output_bytes + compare)
     else:
         resident = (1 + window) * _per_set(fp, False) + extra
         transient = max(fp64_forward, forward, compare)
-    return fp.param_bytes + params64 + resident + transient
+    return fp.param_bytes + params64 + max(resident + transient, setup_bytes(fp, f64))
+
+
+def setup_bytes(fp: Footprint, f64: bool) -> int:
+    """The setup's peak beside the model (inputs.choose_stress_scale, the value-stress set's
+    scale chosen): set 0's inputs and reference and the derived sets' (their inputs and
+    references), the unscaled draw and where its reference is finite (a byte per element), a
+    scaled copy, and the reference forward on it (a copy of the inputs and its peak) or, with
+    float64, the float64 forward (inputs and peak in float64) beside the scaled reference.
+    Counted in CPU mode by tests/py/test_memory_phases.py (a ReLU task: 9.7 input sizes
+    with float64, 6.8 without)."""
+    forward = fp.input_bytes + fp.ref_peak_bytes
+    stress = 2 * fp.input_bytes + fp.max_output_elems + max(
+        forward, fp.output_bytes + 2 * forward if f64 else 0)
+    return fp.set_bytes() + fp.resident_extra_bytes + stress
 
 
 def _plan(fp: Footprint, level: int, window: int, lazy: bool, float64: bool = True) -> Plan:

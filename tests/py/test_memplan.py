@@ -76,19 +76,26 @@ def test_trusted_share_under_each_placement():
     # largest transient.
     fp64 = 2 * (GIB + 2 * GIB)
     assert memplan.trusted_bytes(f, 1, False) == 2 * 6 * GIB + 3 * GIB + fp64
-    # Lazy: the arena's slots; the set compared is drawn again (its inputs alive throughout)
-    # and the float64 forward is still the largest of its steps.
-    assert memplan.trusted_bytes(f, 1, True) == 2 * 2 * GIB + 3 * GIB + GIB + fp64
+    # Lazy: the arena's slots (one group: set 0 shares it); the set compared is drawn again
+    # (its inputs alive throughout) and the float64 forward is still the largest of its steps.
+    assert memplan.trusted_bytes(f, 2, True) == 2 * 2 * GIB + 3 * GIB + GIB + fp64
+    # With one group the setup is the larger: set 0 and the extra sets, the value-stress
+    # set's unscaled draw and where its reference is finite (a byte per element), a scaled
+    # copy, and the float64 forward beside the scaled reference.
+    setup = 2 * GIB + GIB + 2 * GIB + GIB // 4 + GIB + fp64
+    assert memplan.setup_bytes(f, True) == setup > 2 * GIB + 3 * GIB + GIB + fp64
+    assert memplan.trusted_bytes(f, 1, True) == setup
     # Lean: no float64 forward or reference (the extra sets twice); the float32 forward or
     # the comparison.
     compare = GIB + memplan.COMPARE_BYTES_PER_ELEM * min(GIB // 4, memplan.SLICE_ELEMS)
-    assert memplan.trusted_bytes(f, 1, True, False) == 2 * 2 * GIB + 2 * GIB + GIB + max(
+    assert memplan.trusted_bytes(f, 1, True, False) == 2 * GIB + 2 * GIB + GIB + max(
         3 * GIB, GIB + compare)
     # Integer outputs: no float64 reference; the reference forward or the comparison.
     ints = fp(float_output=False, n_streamed=1)
     compare = GIB + memplan.COMPARE_BYTES_PER_ELEM * memplan.SLICE_ELEMS
-    assert memplan.trusted_bytes(ints, 1, True) == 2 * 2 * GIB + GIB + max(
-        3 * GIB, GIB + compare)
+    # (its setup: the float32 forward on the scaled copy, 7.25 GiB, above the 7 of its steps)
+    assert memplan.trusted_bytes(ints, 1, True) == memplan.setup_bytes(ints, False) == \
+        2 * GIB + 2 * GIB + GIB // 4 + 3 * GIB > 2 * GIB + GIB + max(3 * GIB, GIB + compare)
     assert memplan.trusted_bytes(ints, 1, False) == 2 * 4 * GIB + max(3 * GIB, compare)
 
 
