@@ -669,8 +669,9 @@ def choose_stress_scale(s: InputSet, model: torch.nn.Module,
     Memory: of the unscaled reference only what the checks need is kept (Unscaled: where
     each output is finite, its RMS), and a rejected factor's inputs and references are
     dropped before the next factor's are made; beside set 0 this holds the unscaled inputs,
-    a scaled copy, the reference forward's copy of it and its outputs (the setup phase's
-    peak: on a 12 GiB ReLU task the whole unscaled reference stayed alive here too)."""
+    a scaled copy, and the float64 forward or the float32 one beside the float64 reference
+    (the setup phase's peak, memplan.setup_bytes: on a 12 GiB ReLU task the whole unscaled
+    reference stayed alive here too)."""
     base = s.orig
     compute_reference(model, s, device)  # the unscaled draw: finite positions, magnitudes
     base_out = [unscaled(b) for b in s.ref]
@@ -684,13 +685,16 @@ def choose_stress_scale(s: InputSet, model: torch.nn.Module,
                for k in s.scaled_inputs):
             why = "the scaled inputs overflow their dtype"
         else:
+            # The float64 forward first, as restore() does: it is the largest, and runs while
+            # nothing else of this factor's is alive but its inputs.
+            if model64 is not None:
+                compute_reference64(model64, s, device)
             try:
                 compute_reference(model, s, device)
+                check_reference64(s)
             except EvalError as e:
                 why = f"the reference raised: {e.message}"
         if why is None:
-            if model64 is not None:
-                compute_reference64(model64, s, device)
             why = stress_rejection(base_out, s.ref, s.ref64)
         if why is None:
             s.scale, s.enforce_precision = f, False

@@ -168,13 +168,14 @@ def setup_bytes(fp: Footprint, f64: bool) -> int:
     """The setup's peak beside the model (inputs.choose_stress_scale, the value-stress set's
     scale chosen): set 0's inputs and reference and the derived sets' (their inputs and
     references), the unscaled draw and where its reference is finite (a byte per element), a
-    scaled copy, and the reference forward on it (a copy of the inputs and its peak) or, with
-    float64, the float64 forward (inputs and peak in float64) beside the scaled reference.
-    Counted in CPU mode by tests/py/test_memory_phases.py (a ReLU task: 9.7 input sizes
-    with float64, 6.8 without)."""
+    scaled copy, and on it the float64 forward (inputs and peak in float64), then the float32
+    one (a copy of the inputs and its peak) beside the float64 reference. Counted in CPU mode
+    by tests/py/test_memory_phases.py (a ReLU task: 8.7 input sizes with float64, 6.8
+    without)."""
     forward = fp.input_bytes + fp.ref_peak_bytes
+    ref64 = 2 * fp.output_bytes if f64 else 0
     stress = 2 * fp.input_bytes + fp.max_output_elems + max(
-        forward, fp.output_bytes + 2 * forward if f64 else 0)
+        ref64 + forward, 2 * forward if f64 else 0)
     return fp.set_bytes() + fp.resident_extra_bytes + stress
 
 
