@@ -315,12 +315,19 @@ def test_streamed_sets_give_the_verdicts_of_the_all_at_once_path(tmp_path, case)
         assert whole.failure["details"]["set"] == 2
 
 
-def test_window_of_two_streams_in_groups(tmp_path):
-    run = evaluate(tmp_path, args=("--memory-window", "2"))
+@pytest.mark.parametrize("lazy", [False, True])
+def test_window_of_two_streams_in_groups(tmp_path, lazy):
+    """Lazy, set 0 takes the first of the two groups' slots: the arena is two sets' slots
+    (and the derived sets'), not three; written again before the timing, which runs on it."""
+    run = evaluate(tmp_path, args=("--memory-window", "2") + (("--memory-lazy",) if lazy else ()))
     assert run.rc == 0, run
     plan = run.result["memory"]["plan"]
-    assert plan["chunked"] and plan["window"] == 2
+    assert plan["chunked"] and plan["window"] == 2 and plan["lazy"] is lazy
     assert run.result["verification"]["post_timing"]["ok"] is True
+    fp = run.result["memory"]["footprint"]
+    groups = run.result["verification"]["transport"]["bytes"] - fp["resident_extra_bytes"]
+    assert groups < (2 if lazy else 3) * fp["input_bytes"] * 2 + 4096, run.result["memory"]
+    assert run.result["timing"]["candidate"]["mean_ms"] > 0
 
 
 def fake_cuda_oom(*args, **kwargs):
