@@ -1,6 +1,6 @@
 """End-to-end tests of harness/evaluate.py and harness/candidate.py in CPU mode (the task,
-candidate and runner they share are in harness_case.py). Skipped, with the reason, where PyTorch
-is not installed.
+candidate and runner they share are in harness_case.py; the timing method called directly is
+in test_timing_method.py). Skipped, with the reason, where PyTorch is not installed.
 """
 
 from __future__ import annotations
@@ -492,116 +492,6 @@ def test_kernel_mode_on_cpu_reports_wall(tmp_path, mode):
         assert f"{mode} timing needs CUDA" in cand["note"], cand
 
 
-# -- timing.py directly -------------------------------------------------------------------
-
-
-def test_summarize():
-    s = timing.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert s["median_ms"] == 3.0 and s["mean_ms"] == 3.0 and s["n"] == 5
-    assert s["min_ms"] == 1.0 and s["p10_ms"] == pytest.approx(1.4)
-    assert s["p90_ms"] == pytest.approx(4.6)
-    assert s["stdev_ms"] == pytest.approx(1.5811388)
-    assert s["cv"] == pytest.approx(1.5811388 / 3.0)
-    assert timing.summarize([])["n"] == 0
-
-
-def _event_times(n, stream_ms, host_ms, outside_ms, seed):
-    """(device end, stream end) pairs of n calls: the stream's work, then work left on other
-    streams, then the host's latency (jittered) before the device end is recorded."""
-    import random
-    rnd = random.Random(seed)
-    stream = [stream_ms + rnd.uniform(-0.0005, 0.0005) for _ in range(n)]
-    device = [s + outside_ms + host_ms + rnd.uniform(-0.003, 0.003) for s in stream]
-    return device, stream
-
-
-def test_event_times_count_the_stream_not_the_host():
-    """A call's time is its stream time: the host's latency after it, however it moves from
-    run to run, is not counted, while work left outside the current stream is."""
-    medians = []
-    for run, host in enumerate((0.009, 0.011, 0.013)):  # the latency's median moves by run
-        device, stream = _event_times(500, 0.080, host, 0.0, run)
-        probe = list(zip(*_event_times(30, 0.002, host, 0.0, 100 + run)))
-        r = timing.combine_event_times(device, stream, probe)
-        assert r["basis"] == "stream", r
-        assert r["median_ms"] == pytest.approx(0.080, abs=0.0006), r
-        assert r["device_median_ms"] == pytest.approx(0.080 + host, abs=0.001), r
-        medians.append(r["median_ms"])
-    assert max(medians) - min(medians) < 0.001  # < 1.25% of 80 us, where the device end moved 5%
-
-    # 50 us left on a side stream: added (to every call's stream time).
-    device, stream = _event_times(500, 0.030, 0.010, 0.050, 7)
-    probe = list(zip(*_event_times(30, 0.002, 0.010, 0.0, 8)))
-    r = timing.combine_event_times(device, stream, probe)
-    assert r["basis"] == "stream+outside", r
-    assert r["median_ms"] == pytest.approx(0.080, abs=0.002), r
-    assert r["outside_stream_ms"] == pytest.approx(0.050, abs=0.002), r
-    assert r["n"] == 500 and r["min_ms"] <= r["median_ms"] <= r["p90_ms"]
-
-    # Below the tolerance (max(2 us, 1% of the stream time)) it is taken for noise.
-    device, stream = _event_times(500, 0.300, 0.010, 0.0025, 9)
-    probe = list(zip(*_event_times(30, 0.002, 0.010, 0.0, 10)))
-    r = timing.combine_event_times(device, stream, probe)
-    assert r["basis"] == "stream" and r["median_ms"] == pytest.approx(0.300, abs=0.0006), r
-    assert r["outside_stream_ms"] == pytest.approx(0.0025, abs=0.002), r
-
-
-def test_measure_cpu_respects_budget_and_limits():
-    calls = []
-
-    def fn(x):
-        calls.append(1)
-        time.sleep(0.002)
-
-    t0 = time.monotonic()
-    stats = timing.measure(fn, lambda: [torch.ones(1)], "cpu", budget_ms=100, max_attempts=1)
-    took = time.monotonic() - t0
-    assert stats["method"] == "wall" and stats["n"] >= timing.MIN_REPS
-    assert stats["warmup_n"] >= timing.MIN_WARMUP
-    assert 2.0 <= stats["median_ms"] < 50
-    assert took < 2.0
-    assert len(calls) == stats["n"] + stats["warmup_n"]
-
-    stats = timing.measure(lambda x: None, lambda: [1], "cpu", budget_ms=5000)
-    assert stats["n"] == timing.MAX_REPS
-
-
-def test_measure_makes_fresh_inputs_outside_the_timed_region():
-    made = []
-
-    def make():
-        time.sleep(0.003)  # slow input preparation must not count
-        made.append(1)
-        return [torch.zeros(4)]
-
-    stats = timing.measure(lambda x: x.add_(1), make, "cpu", budget_ms=60, max_attempts=1)
-    assert stats["median_ms"] < 1.0
-    assert len(made) == stats["n"] + stats["warmup_n"]
-
-
-def test_varied_copies_give_every_call_values_of_its_own():
-    x = torch.randn(64, 33, dtype=torch.float64)[:, ::2].to(torch.float32)  # not contiguous
-    x[0, 0], x[0, 1], x[0, 2] = 0.0, float("inf"), float("nan")
-    idx = torch.arange(10)
-    make = timing.varied_copies([x, idx, 2.5, torch.ones(3, dtype=torch.float16)])
-    seen = set()
-    for _ in range(300):
-        a, i, scalar, h = make()
-        assert a is not x and a.stride() == x.stride() and a.dtype == x.dtype
-        assert torch.equal(i, idx) and i is not idx and scalar == 2.5
-        finite = torch.isfinite(x)
-        ratio = a[finite & (x != 0)] / x[finite & (x != 0)]
-        assert float((ratio - 1).abs().max()) <= 1 / 16 + 1e-6
-        assert (a[0, 0], a[0, 1]) == (0.0, float("inf")) and torch.isnan(a[0, 2])
-        assert bool((torch.sign(a[finite]) == torch.sign(x[finite])).all())
-        seen.add(a[1:].numpy().tobytes())
-        assert 1.0 < float(h[0]) <= 1.0 + 1 / 16
-    assert len(seen) == 300  # no two calls saw the same float32 values
-    # float16 has fewer steps: its factors cycle (64 of them), each within 1/16.
-    h16 = timing.varied_copies([torch.ones(1, dtype=torch.float16)])
-    assert len({float(h16()[0][0]) for _ in range(200)}) == 64
-
-
 # -- the JSON -----------------------------------------------------------------------------
 
 
@@ -1000,17 +890,3 @@ def test_extra_shapes_declaration_errors(tmp_path, decl, message):
     run = evaluate(tmp_path, task=SHAPED_TASK + "\n" + decl + "\n", args=["--no-timing"])
     assert run.rc == 3, run
     assert run.failure["kind"] == "task_error" and message in run.failure["message"], run
-
-
-def test_kernel_floor_holds_the_time_at_the_longest_activity():
-    flags = []
-    stats = {"median_ms": 0.001, "basis": "stream"}
-    out = ev.kernel_floor(stats, {"longest_us": 56.0}, flags)
-    assert out["median_ms"] == pytest.approx(0.056) and out["basis"] == "kernel-floor"
-    assert out["events_median_ms"] == 0.001 and flags[0]["kind"] == "timing_below_kernel"
-    # An honest time (at or a little under the profiled kernel) and bad records change nothing.
-    for st, e in [({"median_ms": 0.052}, {"longest_us": 56.0}), (stats, None),
-                  (stats, {"longest_us": float("nan")}), (stats, {"longest_us": True}),
-                  (stats, {})]:
-        flags = []
-        assert ev.kernel_floor(st, e, flags) is st and flags == []
