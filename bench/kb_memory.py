@@ -221,7 +221,8 @@ def main() -> int:
             print(f"[{k + 1}/{len(items)}] L{lv} {rec['task'][:44]:44} {rec.get('verdict'):14} "
                   f"{rec.get('failure') or '':14} fp {g(rec.get('footprint_bytes'))} peak "
                   f"{g(rec.get('peak_bytes'))} cand {g(rec.get('candidate_peak_reserved_bytes'))} "
-                  f"arena {g(rec.get('arena_device_bytes'))} idle {g(rec.get('idle_reserved_bytes'))} GiB plan "
+                  f"arena {g(rec.get('arena_device_bytes'))} "
+                  f"idle {g(rec.get('idle_reserved_bytes'))} GiB plan "
                   f"{(rec.get('plan') or {}).get('level', '-')}"
                   f"{'h' if (rec.get('plan') or {}).get('host') else ''} {rec['wall_s']:7.1f} s",
                   flush=True)

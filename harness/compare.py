@@ -106,8 +106,8 @@ def compare_tensor(j: int, got: torch.Tensor, exp: torch.Tensor, atol: float,
 def compare_tensor_sliced(j: int, got: torch.Tensor, exp: torch.Tensor, atol: float,
                           rtol: float) -> dict[str, Any]:
     """compare_tensor, on flat slices of memplan.SLICE_ELEMS elements when the output is
-    larger (the temporaries stay bounded whatever the output's size; the same record: counts summed, the largest difference, the first mismatches in
-    row-major order)."""
+    larger (the temporaries stay bounded whatever the output's size; the same record: counts
+    summed, the largest difference, the first mismatches in row-major order)."""
     chunk = memplan.SLICE_ELEMS
     n = exp.numel()
     if n <= chunk:

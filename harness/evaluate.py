@@ -279,8 +279,7 @@ class Session:
         self.chunk_starts: list[int] = []
         self.prepare: Callable[[InputSet], None] = lambda s: None
         self.restore: Callable[[InputSet], None] = lambda s: None
-        self.lazy = False  # memplan.Plan.lazy
-        self.set0_shared = False  # set 0 in the first group's slots (a lazy plan)
+        self.lazy = False  # memplan.Plan.lazy (set 0 then in the first group's slots too)
         self.streamed: set[int] = set()  # indices of the sets drawn a group at a time
         self.cand_stats: dict[str, Any] | None = None
         self.cand_window: quality.Window | None = None  # the host's load while timed
@@ -402,9 +401,16 @@ class Session:
             if s.index not in self.streamed:
                 break
             self.prepare(s)
-            fill_inputs(self.arena, s, self.device)
-            self.drop_if_lazy(s)
+            self.write(s)
         self.cand.send("next")
+
+    def write(self, s: InputSet) -> None:
+        """Set s's inputs into its arena slots (drawn again first where the plan dropped them);
+        under a lazy plan the set keeps nothing afterwards."""
+        assert self.arena is not None
+        s.materialize()
+        fill_inputs(self.arena, s, self.device)
+        self.drop_if_lazy(s)
 
     def drop_if_lazy(self, s: InputSet) -> None:
         """Under a lazy plan, a set drawn from a recipe keeps nothing once it is in the arena
@@ -682,11 +688,10 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
             # Under a lazy plan set 0 keeps nothing once written either: it takes the first
             # group's slots too (one input set's slots fewer in the arena), and is written
             # there again before the timing, which runs on it.
-            ses.set0_shared = plan.lazy
             order = [s for s in streamed if s is not post]
-            rotation = ([sets[0]] if ses.set0_shared else []) + order
+            rotation = ([sets[0]] if plan.lazy else []) + order
             resident = [s for s in all_sets if s.index not in ses.streamed
-                        and not (ses.set0_shared and s is sets[0])]
+                        and not (plan.lazy and s is sets[0])]
             arena_bytes = lay_out_streamed(resident, rotation + ([post] if post else []),
                                            plan.window, sets[0])
             # The groups: the first window of the rotation (with set 0, in its own slots or
@@ -723,8 +728,7 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                 if s.index >= first_group:
                     continue
                 refs.prepare(s)
-            fill_inputs(arena, s, device)
-            ses.drop_if_lazy(s)
+            ses.write(s)
         elapsed["job_files"] = time.monotonic() - t_job
         memplan.phase_mark(device, "arena")
         job = {
@@ -796,10 +800,8 @@ def evaluate_once(opts: argparse.Namespace, log: Log,
                 cand.send("stop")
             else:
                 result["stage"] = ses.stage = "timing"
-                if ses.set0_shared:  # its slots have held the streamed sets since
-                    sets[0].materialize()
-                    fill_inputs(arena, sets[0], device)
-                    ses.drop_if_lazy(sets[0])
+                if ses.lazy:  # set 0's slots have held the streamed sets since
+                    ses.write(sets[0])
                 cand.send("time")
                 t_time = time.monotonic()
                 # The host's load while the candidate is timed (issue 21): measured here,

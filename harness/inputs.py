@@ -781,12 +781,11 @@ def growth(b: Any, r: Any) -> float:
     what unscaled() keeps of it) to r; at least 1."""
     if not (isinstance(r, torch.Tensor) and r.is_floating_point() and r.numel()):
         return 1.0
-    if isinstance(b, Unscaled):
-        rb = b.rms
-    elif isinstance(b, torch.Tensor):
-        rb = rms_finite(b)
-    else:
+    if isinstance(b, torch.Tensor):
+        b = Unscaled(b)
+    if not isinstance(b, Unscaled):
         return 1.0
+    rb = b.rms
     rr = rms_finite(r)
     return max(1.0, rr / rb) if rb > 0 and math.isfinite(rr / rb) else 1.0
 

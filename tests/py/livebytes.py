@@ -7,10 +7,10 @@ counted once (by address) when first seen and dropped when the last tensor seen 
 returns a tensor on it. Memory PyTorch's allocator did not make is never counted (a storage
 that cannot be resized: the evaluator's arena, a file mapped into the process, shared with
 the candidate; on a GPU it is device memory of its own, outside the caching allocator's
-counts too; also an array from NumPy). What it does not see: memory an operator takes and frees inside itself, and other
-threads' work (the mode is per thread). Peaks are kept per name (`start(name)`, `peak(name)`),
-so that a forward's own peak can be measured inside a phase's without ending it, as memplan
-does with torch.cuda.max_memory_allocated on a GPU.
+counts too; also an array from NumPy). What it does not see: memory an operator takes and
+frees inside itself, and other threads' work (the mode is per thread). Peaks are kept per
+name (`start(name)`, `peak(name)`), so that a forward's own peak can be measured inside a
+phase's without ending it, as memplan does with torch.cuda.max_memory_allocated on a GPU.
 """
 
 from __future__ import annotations
