@@ -1,6 +1,6 @@
 /*
  * sandbox_fixture.h - shared set-up of the sandbox tests (test_sandbox.c, test_sandbox_run.c):
- * the guard that skips where no sandbox can be made, a workspace like an episode's (read-only
+ * the guard of sandbox_guard.h, a workspace like an episode's (read-only
  * MANIFEST and tools/, writable rest), a bash script run to completion, a started sandbox, and
  * reading a pipe until a word shows up. Included once per test file; everything is static, and
  * a file may leave some helpers unused.
@@ -8,7 +8,7 @@
 #ifndef CA_SANDBOX_FIXTURE_H
 #define CA_SANDBOX_FIXTURE_H
 
-#include "test.h"
+#include "sandbox_guard.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -23,26 +23,8 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
 
-#define ARGV(...) ((const char *const[]){__VA_ARGS__, NULL})
-
 static char ws[4096];
 static const char *const ro_paths[] = {"MANIFEST", "tools", NULL};
-
-/* Skip the case where this host cannot make a sandbox. */
-static void need_sandbox(void)
-{
-    struct ca_err why = {0};
-    if (!sandbox_supported(&why))
-        SKIP("userns", "no sandbox here: %s", why.msg);
-}
-
-static void write_file(const char *path, const char *s)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    REQUIRE(fd >= 0);
-    REQUIRE(write(fd, s, strlen(s)) == (ssize_t)strlen(s));
-    close(fd);
-}
 
 static char *read_file(const char *path)
 {

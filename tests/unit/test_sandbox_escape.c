@@ -32,28 +32,12 @@
 #include "core/util.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/sandbox_internal.h"
+#include "sandbox_guard.h"
 
-#define ARGV(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define SECRET "TOPSECRET-4f1e"
 
 static char ws[4096], secret[4096], ctl[4096];
 static const char *const ro_paths[] = {"MANIFEST", NULL};
-
-/* Skip the case where this host cannot make a sandbox. */
-static void need_sandbox(void)
-{
-    struct ca_err why = {0};
-    if (!sandbox_supported(&why))
-        SKIP("userns", "no sandbox here: %s", why.msg);
-}
-
-static void write_file(const char *path, const char *s)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    REQUIRE(fd >= 0);
-    REQUIRE(write(fd, s, strlen(s)) == (ssize_t)strlen(s));
-    close(fd);
-}
 
 /*
  * <tmp>/secret.txt (outside the workspace), <tmp>/ws with a read-only
