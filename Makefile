@@ -10,7 +10,7 @@
 CC ?= cc
 PKG_CONFIG ?= pkg-config
 PKGS := jansson libxxhash libpcre2-8 libseccomp libelf libcurl sqlite3 libmicrohttpd hiredis \
-        libcrypto
+        libssl libcrypto
 SANITIZE ?=
 WERROR ?=
 

@@ -8,6 +8,8 @@
 #
 #   make && make bench && bench/bus_load.sh [JOBS [CLIENTS [WORKERS SLOTS [LATENCY_MS]]]]
 #   (defaults: 2000 jobs, 128 clients, 8 workers x 8 slots = 64 simulated GPUs, 200 ms)
+#   TLS=1: every connection over TLS (rediss:// to Redis's tls-port, a CA and a server
+#   certificate made here with the openssl command; the server does not ask for client ones)
 set -eu
 cd "$(dirname "$0")/.."
 JOBS=${1:-2000} CLIENTS=${2:-128} WORKERS=${3:-8} SLOTS=${4:-8} LATENCY=${5:-200}
@@ -16,16 +18,31 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/bus-load-XXXXXX")
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$TMP"' EXIT
+URL=redis://127.0.0.1:$PORT
+tls=()
+if [ "${TLS:-0}" = 1 ]; then
+    TPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$TMP/ca.key" -out "$TMP/ca.crt" -days 1 \
+        -subj "/CN=bench CA" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout "$TMP/s.key" -out "$TMP/s.csr" -subj /CN=s 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\n' >"$TMP/s.ext"
+    openssl x509 -req -in "$TMP/s.csr" -CA "$TMP/ca.crt" -CAkey "$TMP/ca.key" -CAcreateserial \
+        -out "$TMP/s.crt" -days 1 -extfile "$TMP/s.ext" 2>/dev/null
+    tls=(--tls-port "$TPORT" --tls-cert-file "$TMP/s.crt" --tls-key-file "$TMP/s.key"
+         --tls-ca-cert-file "$TMP/ca.crt" --tls-auth-clients no)
+    URL=rediss://127.0.0.1:$TPORT
+    export CUDA_AGENT_REDIS_CACERT=$TMP/ca.crt
+fi
 redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" --save '' --appendonly yes \
-    --appendfsync everysec --logfile "$TMP/redis.log" &
+    --appendfsync everysec --logfile "$TMP/redis.log" "${tls[@]}" &
 pids+=($!)
 for _ in $(seq 100); do redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.05; done
 export CUDA_AGENT_CACHE_DIR=$TMP/cache
 for i in $(seq "$WORKERS"); do
-    "$BUILD/cuda-agent" worker --redis "redis://127.0.0.1:$PORT" --name "sim$i" --jobs "$SLOTS" \
+    "$BUILD/cuda-agent" worker --redis "$URL" --name "sim$i" --jobs "$SLOTS" \
         --fake-eval "$LATENCY" 2>"$TMP/worker$i.log" &
     pids+=($!)
 done
 sleep 1
-echo "# $WORKERS workers x $SLOTS slots, fake latency $LATENCY ms, $JOBS jobs from $CLIENTS clients; $(nproc) cores" >&2
-"$BUILD/bench/bus_load" --redis "redis://127.0.0.1:$PORT" --jobs "$JOBS" --clients "$CLIENTS"
+echo "# $WORKERS workers x $SLOTS slots, fake latency $LATENCY ms, $JOBS jobs from $CLIENTS clients; $(nproc) cores; ${URL%%:*}" >&2
+"$BUILD/bench/bus_load" --redis "$URL" --jobs "$JOBS" --clients "$CLIENTS"

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PKGS=(build-essential pkg-config git python3 python3-venv python3-pip
              libjansson-dev libxxhash-dev libpcre2-dev libseccomp-dev libelf-dev libcurl4-openssl-dev
-             libmicrohttpd-dev libsqlite3-dev libhiredis-dev libssl-dev redis-server chromium clang
+             libmicrohttpd-dev libsqlite3-dev libhiredis-dev libssl-dev openssl redis-server chromium clang
              clang-format)
 PY_PKGS=(pyarrow pytest pyflakes numpy torch mcp openenv-core transformers tensorboard)
 # verifiers pins an older mcp than PY_PKGS's: it gets a virtual environment of its own, in which

@@ -59,10 +59,10 @@
 /* ---- where Redis is ---- */
 
 /*
- * redis://[USER[:PASSWORD]@]HOST[:PORT][/DB] or unix:///PATH[?db=N]. The
- * password may instead come from $CUDA_AGENT_REDIS_PASSWORD (argv is visible
- * to every local user). rediss:// (TLS) is refused: Debian 12's hiredis
- * (0.14) has no TLS; docs/security.md says how to tunnel.
+ * redis://[USER[:PASSWORD]@]HOST[:PORT][/DB], rediss://... (the same over TLS: bus_tls.c,
+ * with $CUDA_AGENT_REDIS_CACERT, $CUDA_AGENT_REDIS_CERT and $CUDA_AGENT_REDIS_KEY) or
+ * unix:///PATH[?db=N]. The password may instead come from $CUDA_AGENT_REDIS_PASSWORD (argv is
+ * visible to every local user).
  */
 struct bus_url {
     char host[256];
@@ -71,6 +71,7 @@ struct bus_url {
     char user[128];
     char pass[256];
     int db;
+    bool tls;        /* rediss:// */
     char shown[512]; /* for messages: the URL with the password as "***" */
 };
 

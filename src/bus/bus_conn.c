@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "core/banned.h"
@@ -34,8 +35,10 @@ int64_t bus__wall_us(void)
 static void drop(struct bus_conn *c)
 {
     if (c->ctx)
-        redisFree(c->ctx);
+        redisFree(c->ctx); /* closes the socketpair's end: a TLS relay ends with it */
     c->ctx = NULL;
+    bus__tls_close(c->tls);
+    c->tls = NULL;
 }
 
 static int unreachable(const struct bus_conn *c, const char *why, struct ca_err *err)
@@ -52,9 +55,13 @@ static int raw(struct bus_conn *c, redisReply **out, int argc, const char **argv
 {
     redisReply *r = redisCommandArgv(c->ctx, argc, argv, lens);
     if (!r) {
-        char why[160];
+        char why[160], tls[320];
         snprintf(why, sizeof(why), "%s", c->ctx->errstr[0] ? c->ctx->errstr : "connection lost");
+        snprintf(tls, sizeof(tls), "%s", bus__tls_why(c->tls));
         drop(c);
+        if (tls[0]) /* the server ended the TLS connection and said why */
+            return err_setf(err, CA_EUNAVAIL, "Redis at %s ended the connection (%s)", c->url.shown,
+                            tls);
         return err_setf(err, CA_EUNAVAIL, "lost Redis at %s (%s); is it running?", c->url.shown,
                         why);
     }
@@ -66,22 +73,35 @@ static int connect_now(struct bus_conn *c, struct ca_err *err)
 {
     struct timeval ctv = {BUS_CONNECT_TIMEOUT_MS / 1000, 0};
     struct timeval tv = {BUS_COMMAND_TIMEOUT_MS / 1000, 0};
-    redisContext *ctx = c->url.unix_path[0]
-                            ? redisConnectUnixWithTimeout(c->url.unix_path, ctv)
-                            : redisConnectWithTimeout(c->url.host, c->url.port, ctv);
+    redisContext *ctx;
+    if (c->url.tls) {
+        char why[320];
+        int fd;
+        if (bus__tls_open(&c->url, BUS_CONNECT_TIMEOUT_MS, &c->tls, &fd, why, sizeof(why)) != 0)
+            return unreachable(c, why, err);
+        if (!(ctx = redisConnectFd(fd))) {
+            close(fd);
+            bus__tls_close(c->tls);
+            c->tls = NULL;
+        }
+    } else {
+        ctx = c->url.unix_path[0] ? redisConnectUnixWithTimeout(c->url.unix_path, ctv)
+                                  : redisConnectWithTimeout(c->url.host, c->url.port, ctv);
+    }
     if (!ctx)
         return unreachable(c, "out of memory", err);
     if (ctx->err) {
         char why[160];
         snprintf(why, sizeof(why), "%s", ctx->errstr);
-        redisFree(ctx);
+        c->ctx = ctx;
+        drop(c);
         return unreachable(c, why, err);
     }
     c->ctx = ctx;
     if (redisSetTimeout(ctx, tv) != REDIS_OK)
         LOG_WARN("bus: cannot set a command timeout on the Redis connection");
-    if (!c->url.unix_path[0])
-        (void)redisEnableKeepAlive(ctx); /* best effort: dead peers are found by timeouts too */
+    if (!c->url.unix_path[0] && !c->url.tls) /* the TLS relay's socket has its own */
+        (void)redisEnableKeepAlive(ctx);     /* best effort: dead peers are found by timeouts too */
     redisReply *r = NULL;
     int rc = 0;
     if (c->url.pass[0]) {

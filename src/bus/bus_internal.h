@@ -12,10 +12,25 @@
 #include "bus/bus.h"
 #include "core/limits.h"
 
+struct bus__tls;
+
 struct bus_conn {
-    redisContext *ctx; /* NULL or broken: reconnect before the next command */
+    redisContext *ctx;    /* NULL or broken: reconnect before the next command */
+    struct bus__tls *tls; /* rediss://: the relay under ctx (bus_tls.c), or NULL */
     struct bus_url url;
 };
+
+/*
+ * rediss:// (bus_tls.c): a TCP connection to u's host and port, the TLS handshake (the server's
+ * certificate and name verified) within timeout_ms, and a thread relaying between it and one
+ * end of a socketpair; *plain_fd, the other end, is for redisConnectFd (which owns it after).
+ * -1 with the reason in why. bus__tls_close once hiredis closed *plain_fd (redisFree).
+ */
+int bus__tls_open(const struct bus_url *u, int timeout_ms, struct bus__tls **out, int *plain_fd,
+                  char *why, size_t cap) WARN_UNUSED_RESULT;
+void bus__tls_close(struct bus__tls *t);
+/* Why the relay's TLS connection ended ("TLS: ..."), once it has and OpenSSL said; else "". */
+const char *bus__tls_why(const struct bus__tls *t);
 
 /*
  * One command (binary-safe arguments); *reply is new (freeReplyObject) and never an error

@@ -45,11 +45,6 @@ int bus_url_parse(const char *url, struct bus_url *u, struct ca_err *err)
         return err_setf(err, CA_EUSAGE, "no Redis URL: pass --redis redis://HOST:PORT");
     struct sv s = sv_cstr(url);
     int rc;
-    if (sv_chop_prefix(&s, sv_cstr("rediss://")))
-        return err_setf(err, CA_EUSAGE,
-                        "rediss:// (TLS) is not supported by this build: Debian's hiredis 0.14 "
-                        "has no TLS; reach Redis through a TLS tunnel (stunnel, spiped, WireGuard) "
-                        "on a local port and use redis://127.0.0.1:PORT (docs/security.md)");
     if (sv_chop_prefix(&s, sv_cstr("unix://"))) {
         struct sv path = sv_split(&s, '?');
         if (path.len == 0 || path.p[0] != '/')
@@ -66,10 +61,11 @@ int bus_url_parse(const char *url, struct bus_url *u, struct ca_err *err)
         snprintf(u->shown, sizeof(u->shown), "unix://%s?db=%d", u->unix_path, u->db);
         goto pass;
     }
-    if (!sv_chop_prefix(&s, sv_cstr("redis://")))
-        return err_setf(
-            err, CA_EUSAGE,
-            "a Redis URL starts with redis:// or unix:// (e.g. redis://127.0.0.1:6379)");
+    u->tls = sv_chop_prefix(&s, sv_cstr("rediss://"));
+    if (!u->tls && !sv_chop_prefix(&s, sv_cstr("redis://")))
+        return err_setf(err, CA_EUSAGE,
+                        "a Redis URL starts with redis://, rediss:// (TLS) or unix:// (e.g. "
+                        "redis://127.0.0.1:6379)");
     long at = -1;
     for (size_t i = 0; i < s.len && s.p[i] != '/'; i++)
         if (s.p[i] == '@')
@@ -123,9 +119,9 @@ int bus_url_parse(const char *url, struct bus_url *u, struct ca_err *err)
         u->db = (int)db;
     }
     bool v6 = strchr(u->host, ':') != NULL;
-    snprintf(u->shown, sizeof(u->shown), "redis://%s%s%s%s%s%s:%d/%d", u->user,
-             has_pass ? ":***" : "", u->user[0] || has_pass ? "@" : "", v6 ? "[" : "", u->host,
-             v6 ? "]" : "", u->port, u->db);
+    snprintf(u->shown, sizeof(u->shown), "%s://%s%s%s%s%s%s:%d/%d", u->tls ? "rediss" : "redis",
+             u->user, has_pass ? ":***" : "", u->user[0] || has_pass ? "@" : "", v6 ? "[" : "",
+             u->host, v6 ? "]" : "", u->port, u->db);
 pass:
     if (!u->pass[0]) {
         const char *p = getenv("CUDA_AGENT_REDIS_PASSWORD");

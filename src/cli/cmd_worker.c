@@ -56,8 +56,9 @@ int cmd_worker(int argc, char **argv)
     bool status = false;
     const struct cli_opt opts[] = {
         {"redis", 0, CLI_OPT_STRING, &url, "URL",
-         "the job bus: redis://[USER[:PASS]@]HOST[:PORT][/DB] or unix:///PATH (default "
-         "$CUDA_AGENT_REDIS; a password is better in $CUDA_AGENT_REDIS_PASSWORD)"},
+         "the job bus: redis://[USER[:PASS]@]HOST[:PORT][/DB], rediss://... (TLS; "
+         "$CUDA_AGENT_REDIS_CACERT, _CERT, _KEY) or unix:///PATH (default $CUDA_AGENT_REDIS; "
+         "a password is better in $CUDA_AGENT_REDIS_PASSWORD)"},
         {"name", 0, CLI_OPT_STRING, &wo.name, "NAME",
          "this worker's name for strikes and quarantine (default HOST-PID)"},
         CLI_HOST_OPTS(&h),

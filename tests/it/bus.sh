@@ -10,7 +10,7 @@
 # strike); a stalled worker that finishes after the takeover (its result dropped); Redis killed
 # and restarted under load with AOF (nothing lost); a garbage-returning worker and a hung one
 # quarantined and reported; back-pressure ("busy" after --queue-wait); a tampered artifact and
-# a forged entry refused; AUTH with an ACL user; a 64-consumer load run; `bench run --redis`
+# a forged entry refused; AUTH with an ACL user (TLS: tests/it/bus_tls.sh); a 64-consumer load run; `bench run --redis`
 # (solutions, workspaces, replays; Redis unreachable, then resumed); dead consumers forgotten
 # (and those that own entries or whose worker lives kept) and stale heartbeats pruned; agent
 # episodes on the bus (`tool`, `run`, `serve` and `bench run --model` with --redis, each also
@@ -99,8 +99,6 @@ expect "worker: unreachable Redis is exit 69" 69 "" "cannot reach Redis at redis
 run "$CA" eval --redis "redis://bob:sekrit@127.0.0.1:$DEAD" "$PWD/base"
 assert "the password never appears in a message" \
     bash -c "! grep -q sekrit '$ERR' && grep -qF 'redis://bob:***@127.0.0.1' '$ERR'"
-run "$CA" eval --redis "rediss://127.0.0.1:$PORT" "$PWD/base"
-expect "rediss:// is refused with what to do instead" 2 "" "TLS tunnel"
 run "$CA" eval --redis "http://x" "$PWD/base"
 expect "a URL of another scheme is a usage error" 2 "" "redis://"
 run "$CA" worker --redis "$URL" --fake-eval 10:sometimes
