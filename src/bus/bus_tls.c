@@ -237,13 +237,17 @@ static short ssl_wants(struct bus__tls *t, int r, bool *closed)
         if (tail)
             memmove(reason, tail + 1, strlen(tail + 1) + 1);
     }
-    /* The server's alert may be lost with a reset connection: the request for a certificate
-     * we had none for is the likelier cause then. */
-    if (reason[0] || t->asked_for_cert)
-        snprintf(t->why, sizeof(t->why), "TLS: %s%s", reason[0] ? reason : "closed",
+    /* The server's alert may be lost with a reset connection: its request for a certificate
+     * we had none for is then the likelier cause (hedged: an optional one is no cause). */
+    if (reason[0])
+        snprintf(t->why, sizeof(t->why), "TLS: %s%s", reason,
                  t->asked_for_cert ? "; no client certificate was given: set "
                                      "$CUDA_AGENT_REDIS_CERT and $CUDA_AGENT_REDIS_KEY"
                                    : "");
+    else if (t->asked_for_cert)
+        snprintf(t->why, sizeof(t->why), "%s",
+                 "TLS: closed; the server asked for a client certificate and got none: if it "
+                 "requires one, set $CUDA_AGENT_REDIS_CERT and $CUDA_AGENT_REDIS_KEY");
     ERR_clear_error();
     return 0;
 }

@@ -113,7 +113,7 @@ expect "a host name that is not the certificate's (it names 127.0.0.1 only): ref
     "hostname mismatch"
 run env CUDA_AGENT_REDIS_CACERT="$C/ca.crt" "$CA" eval --redis "$URL" "$PWD/t2"
 expect "no client certificate where the server asks for one: refused, saying so" 69 "" \
-    "no client certificate was given"
+    "client certificate"
 assert "... and saying which variables to set" grep -q 'set \$CUDA_AGENT_REDIS_CERT and \$CUDA_AGENT_REDIS_KEY' "$ERR"
 run env CUDA_AGENT_REDIS_CACERT="$C/ca.crt" CUDA_AGENT_REDIS_CERT="$C/client.crt" \
     "$CA" eval --redis "$URL" "$PWD/t2"
