@@ -17,23 +17,7 @@
 # with Redis unreachable; a scripted model server, tests/it/fake_llm.py); CPU-mode end to end,
 # bench and an episode's ./verify included.
 . "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
-command -v redis-server >/dev/null || skip_all redis "no redis-server (apt-get install redis-server)"
-command -v redis-cli >/dev/null || skip_all redis "no redis-cli (apt-get install redis-tools)"
-export CUDA_AGENT_CACHE_DIR=$PWD/cache
-FIX=$CA_REPO/tests/eval/cpu
-PY=${CUDA_AGENT_PYTHON:-python3}
-
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    [ -n "${REDIS_PID:-}" ] && kill -9 "$REDIS_PID" 2>/dev/null
-    [ -n "${REDIS2_PID:-}" ] && kill -9 "$REDIS2_PID" 2>/dev/null
-    wait 2>/dev/null
-    rm -f "$OUT" "$ERR"
-}
-trap cleanup EXIT
-
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$CA_REPO/tests/it/bus_fixture.bash"
 
 # start_redis DIR PORT [extra args]: a redis-server with AOF (fsync always) in DIR; sets REDIS_PID.
 start_redis() {
@@ -58,11 +42,6 @@ start_redis "$PWD/redis" "$PORT"
 URL=redis://127.0.0.1:$PORT
 R() { redis-cli -p "$PORT" "$@"; }
 
-# Workspaces: the CPU fixture's solution; N differs from the others by a comment.
-"$CA" workspace create --task "$FIX/task.py" "$PWD/base" >/dev/null || exit 1
-cp "$FIX"/sol/kernels/* "$PWD/base/kernels/"
-cp "$FIX/sol/model_new.py" "$PWD/base/"
-mkws() { rm -rf "$PWD/$1" && cp -a "$PWD/base" "$PWD/$1" && echo "# $1" >>"$PWD/$1/model_new.py"; }
 
 # worker NAME LOG ARGS...: a worker in the background; its pid in WPID.
 worker() {
@@ -72,12 +51,6 @@ worker() {
     WPID=$!
     pids+=("$WPID")
 }
-# jfield FILE KEY.PATH: a field of a JSON report.
-jfield() { "$PY" -c 'import json,sys
-d = json.load(open(sys.argv[1]))
-for k in sys.argv[2].split("."):
-    d = d.get(k) if isinstance(d, dict) else None
-print(d)' "$1" "$2"; }
 results() { R --scan --pattern 'ca:result:*' | wc -l; }
 wait_for() { # SECONDS CMD...: poll until CMD succeeds
     local n=$(($1 * 20))
@@ -575,7 +548,7 @@ expect "tool: a bad --redis URL is a usage error" 2 "" "redis://"
 # are not those of other cases: identical jobs share one result), runs ./verify and answers; the
 # episode's evaluation and the final scoring go through the bus.
 . "$CA_REPO/tests/it/fake_llm.bash"
-trap 'stop_server; cleanup' EXIT # fake_llm.bash's trap, and this script's
+trap 'stop_server; bus_cleanup' EXIT # fake_llm.bash's trap, and this script's
 # model NAME: the scripted model server on $PWD/NAME.json at $LLM (fake_llm.bash's serve sets URL,
 # which is Redis's here)
 model() { local bus=$URL; serve "$1"; LLM=$URL; URL=$bus; }

@@ -12,25 +12,10 @@
 # rediss:// to the plain port and redis:// to the TLS port; Redis killed and restarted under a
 # TLS worker (the relay ends, the worker reconnects, the next job is served).
 . "${CA_REPO:?run through tests/run.sh (make test), which sets CA_REPO}/tests/it/lib.sh"
-command -v redis-server >/dev/null || skip_all redis "no redis-server (apt-get install redis-server)"
-command -v redis-cli >/dev/null || skip_all redis "no redis-cli (apt-get install redis-tools)"
+. "$CA_REPO/tests/it/bus_fixture.bash"
 command -v openssl >/dev/null || skip_all redis "no openssl command (apt-get install openssl)"
 ldd "$(command -v redis-server)" | grep -q libssl ||
     skip_all redis "this redis-server was built without TLS (Debian's has it)"
-export CUDA_AGENT_CACHE_DIR=$PWD/cache
-FIX=$CA_REPO/tests/eval/cpu
-PY=${CUDA_AGENT_PYTHON:-python3}
-
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    [ -n "${REDIS_PID:-}" ] && kill -9 "$REDIS_PID" 2>/dev/null
-    wait 2>/dev/null
-    rm -f "$OUT" "$ERR"
-}
-trap cleanup EXIT
-
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # -- certificates: a CA; the server's for IP 127.0.0.1 only; a client's
 C=$PWD/certs
@@ -76,15 +61,6 @@ export CUDA_AGENT_REDIS_PASSWORD=pw
 TLS_ENV=(env CUDA_AGENT_REDIS_CACERT="$C/ca.crt" CUDA_AGENT_REDIS_CERT="$C/client.crt"
          CUDA_AGENT_REDIS_KEY="$C/client.key")
 
-"$CA" workspace create --task "$FIX/task.py" "$PWD/base" >/dev/null || exit 1
-cp "$FIX"/sol/kernels/* "$PWD/base/kernels/"
-cp "$FIX/sol/model_new.py" "$PWD/base/"
-mkws() { rm -rf "$PWD/$1" && cp -a "$PWD/base" "$PWD/$1" && echo "# $1" >>"$PWD/$1/model_new.py"; }
-jfield() { "$PY" -c 'import json,sys
-d = json.load(open(sys.argv[1]))
-for k in sys.argv[2].split("."):
-    d = d.get(k) if isinstance(d, dict) else None
-print(d)' "$1" "$2"; }
 
 # -- a job over TLS: worker and client verify the server, present the client certificate
 "${TLS_ENV[@]}" "$CA" --log-level info worker --redis "$URL" --name tw --fake-eval 20 \
