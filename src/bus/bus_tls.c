@@ -207,8 +207,12 @@ static int handshake(struct bus__tls *t, const struct bus_url *u, int64_t deadli
                          "$CUDA_AGENT_REDIS_CACERT to the CA that signed it)",
                          X509_verify_cert_error_string(v));
             else
-                snprintf(why, cap, "TLS handshake failed: %s",
-                         reason[0] ? reason : "the server closed the connection");
+                snprintf(why, cap, "TLS handshake failed: %s%s",
+                         reason[0] ? reason : "the server closed the connection",
+                         t->asked_for_cert ? "; the server asked for a client certificate and got "
+                                             "none: set $CUDA_AGENT_REDIS_CERT and "
+                                             "$CUDA_AGENT_REDIS_KEY"
+                                           : "");
             return -1;
         }
         struct pollfd p = {.fd = t->tcp, .events = ev};

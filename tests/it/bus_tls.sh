@@ -6,7 +6,8 @@
 # backend (--fake-eval, a TEST DOUBLE: a sleep and a made-up report; the job itself, its blobs
 # and its result go through Redis over TLS).
 #
-# Cases: a job through a worker over TLS with AUTH (an ACL user) and a client certificate; the
+# Cases: a job through a worker over TLS with AUTH (an ACL user) and a client certificate; a
+# job with a 0.9 MiB file; the
 # server's certificate not trusted (no $CUDA_AGENT_REDIS_CACERT); the host name not the
 # certificate's; no client certificate; a certificate without its key; an unreadable CA file;
 # rediss:// to the plain port and redis:// to the TLS port; Redis killed and restarted under a
@@ -77,6 +78,18 @@ run "${TLS_ENV[@]}" "$CA" eval --redis "$URL" --wait 30 --json "$PWD/t1"
 assert "the same job again: answered from its stored result" \
     [ "$(jfield "$OUT" bus.worker)" = tw ]
 
+# -- a large job (a 0.9 MiB source, near the 1 MiB limit): its blob crosses the relay in many
+# pieces, both ways
+mkws big
+"$PY" -c 'import sys; open(sys.argv[1], "a").write("".join("// pad %08d\n" % i for i in range(60000)))' \
+    "$PWD/big/kernels/swish_cpu.cu"
+run "${TLS_ENV[@]}" "$CA" eval --redis "$URL" --wait 30 --json "$PWD/big"
+assert "a job with a 0.9 MiB file over TLS: evaluated by the TLS worker, its own result" \
+    [ "$(jfield "$OUT" bus.worker):$(jfield "$OUT" job)" = "tw:$(jfield "$OUT" bus.job)" ]
+big_sha=$(sha256sum "$PWD/big/kernels/swish_cpu.cu" | cut -d' ' -f1)
+assert "its blob arrived whole (under the file's digest, its length)" \
+    [ "$(redis-cli -p "$PORT" --user alice --pass pw --no-auth-warning STRLEN "ca:blob:$big_sha")" = "$(stat -c %s "$PWD/big/kernels/swish_cpu.cu")" ]
+
 # -- what is refused, each with exit 69 and the reason
 mkws t2
 run env CUDA_AGENT_REDIS_CERT="$C/client.crt" CUDA_AGENT_REDIS_KEY="$C/client.key" \
@@ -116,8 +129,8 @@ mkws t3
 run "${TLS_ENV[@]}" "$CA" eval --redis "$URL" --wait 60 --json "$PWD/t3"
 assert "after Redis restarted: a new job served by the same TLS worker" \
     [ "$(jfield "$OUT" bus.worker)" = tw ]
-assert "the first job's result survived the restart (AOF)" \
-    [ "$(redis-cli -p "$PORT" --user alice --pass pw --no-auth-warning --scan --pattern 'ca:result:*' | wc -l)" = 2 ]
+assert "the earlier jobs' results survived the restart (AOF)" \
+    [ "$(redis-cli -p "$PORT" --user alice --pass pw --no-auth-warning --scan --pattern 'ca:result:*' | wc -l)" = 3 ]
 kill -TERM "$W"
 wait "$W"
 assert "the TLS worker stops cleanly on SIGTERM" [ $? = 0 ]
