@@ -7,6 +7,9 @@
 #
 #   bash bench/carry.sh            (after `make`)
 # then, on the other machine: CA_BIN=.carry/cuda-agent ...
+# Also .carry/redis-server and .carry/redis-cli (this machine's, when installed; run them with
+# LD_LIBRARY_PATH=.carry/lib) for the job bus's GPU benchmark (bench/bus_gpu.sh), since the GPU
+# machine has no Redis and no package registry.
 set -eu
 make -s all
 mkdir -p .carry/lib
@@ -16,7 +19,14 @@ objs=$(ls build/src/cli/*.o)
 cc -o .carry/cuda-agent $objs build/libcuda-agent.a \
     $(make -s print-libs) \
     -Wl,--disable-new-dtags,-rpath,'$ORIGIN/lib'
-ldd .carry/cuda-agent | awk '$3 ~ /^\// {print $3}' |
+bins=(.carry/cuda-agent)
+for r in redis-server redis-cli; do
+    if command -v "$r" >/dev/null; then
+        cp -L "$(command -v "$r")" ".carry/$r" # redis-server picks its role by its name
+        bins+=(".carry/$r")
+    fi
+done
+for b in "${bins[@]}"; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux[^/]*)\.so' |
     while read -r lib; do case $lib in "$PWD"/.carry/*) ;; *) cp -L "$lib" .carry/lib/ ;; esac; done
-echo "carried: .carry/cuda-agent and $(ls .carry/lib | wc -l) libraries ($(du -sh .carry | cut -f1))"
+echo "carried: ${bins[*]} and $(ls .carry/lib | wc -l) libraries ($(du -sh .carry | cut -f1))"

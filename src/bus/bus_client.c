@@ -183,6 +183,8 @@ int bus_submit_wait(struct bus_conn *c, const struct bus_job *job, const struct 
         json_decref(res);
         return rc;
     }
+    /* A result that existed before this call queued anything: an earlier identical job's. */
+    json_object_set_new(res, "stored", json_boolean(done));
     *result = res;
     return 0;
 }
@@ -217,8 +219,9 @@ int bus_eval(const char *url, const struct eval_opts *o, const struct bus_client
             json_object_set_new(rep, "workspace", json_string(o->workspace));
         json_object_set_new(
             rep, "bus",
-            json_pack("{s:O?, s:O?, s:O?}", "worker", json_object_get(res, "worker"), "job",
-                      json_object_get(res, "job"), "queue_ms", json_object_get(res, "queue_ms")));
+            json_pack("{s:O?, s:O?, s:O?, s:O?}", "worker", json_object_get(res, "worker"), "job",
+                      json_object_get(res, "job"), "queue_ms", json_object_get(res, "queue_ms"),
+                      "stored", json_object_get(res, "stored")));
         *report = rep;
     } else if (rc == 0) {
         const char *msg = json_string_value(json_object_get(res, "error"));

@@ -107,6 +107,8 @@ assert "both workers took jobs" bash -c "grep -q '\"worker\": \"w1\"' '$PWD'/j*.
 run "$CA" eval --redis "$URL" --json "$PWD/j1"
 assert "a job submitted again is answered from its stored result (same worker, same queue time)" \
     [ "$(jfield "$OUT" bus.worker):$(jfield "$OUT" bus.queue_ms)" = "$(jfield "$PWD/j1.json" bus.worker):$(jfield "$PWD/j1.json" bus.queue_ms)" ]
+assert "... and says so (bus.stored), where the first submission did not" \
+    [ "$(jfield "$OUT" bus.stored):$(jfield "$PWD/j1.json" bus.stored)" = True:False ]
 assert "still 12 results" [ "$(results)" = 12 ]
 kill -TERM "$W1" "$W2"
 wait "$W1"
