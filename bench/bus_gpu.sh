@@ -19,7 +19,6 @@
 #        is called as `LOOP BINARY OUT_DIR` with $EVAL_FLAGS and prints eval_loop.sh's lines)
 # Run from the repository root on a GPU machine with PyTorch.
 set -u
-# shellcheck disable=SC2086 # SERVICE_FLAGS is a list of flags
 CA=${1:-build/cuda-agent}
 OUT=${2:-/tmp/bus-gpu}
 mkdir -p "$OUT"
@@ -32,12 +31,14 @@ fi
 REDIS=${REDIS:-redis-server}
 command -v "$REDIS" >/dev/null || { echo "no redis-server (set REDIS_SERVER or run bench/carry.sh)"; exit 2; }
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null' EXIT
+stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap stop_all EXIT
 since() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
 
 echo "== 1. the local evaluator service"
 SOCK=$(mktemp -u /tmp/ca-bus-gpu-XXXXXX.sock)
 t0=$(date +%s.%N)
+# shellcheck disable=SC2086 # SERVICE_FLAGS: a list of flags
 CUDA_AGENT_CACHE_DIR=$OUT/cache-local "$CA" evaluator --socket "$SOCK" --prewarm "${PREWARM:-8}" \
     ${SERVICE_FLAGS:-} 2>"$OUT/service.log" &
 svc=$!
@@ -74,6 +75,7 @@ fi
 pids+=($!)
 for _ in $(seq 100); do grep -qs "Ready to accept" "$OUT/redis/redis.log" && break; sleep 0.05; done
 t0=$(date +%s.%N)
+# shellcheck disable=SC2086
 CUDA_AGENT_CACHE_DIR=$OUT/cache-bus "$CA" --log-level info worker --redis "$URL" --name gpu0 \
     --prewarm "${PREWARM:-8}" ${SERVICE_FLAGS:-} 2>"$OUT/worker.log" &
 w=$!
