@@ -58,17 +58,10 @@ mkdir -p "$OUT/redis"
 tls=()
 if [ "${TLS:-0}" = 1 ]; then
     TPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    c=$OUT/redis
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$c/ca.key" -out "$c/ca.crt" -days 1 \
-        -subj "/CN=bench CA" 2>/dev/null
-    openssl req -newkey rsa:2048 -nodes -keyout "$c/s.key" -out "$c/s.csr" -subj /CN=s 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1\n' >"$c/s.ext"
-    openssl x509 -req -in "$c/s.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" -CAcreateserial \
-        -out "$c/s.crt" -days 1 -extfile "$c/s.ext" 2>/dev/null
-    tls=(--tls-port "$TPORT" --tls-cert-file "$c/s.crt" --tls-key-file "$c/s.key"
-         --tls-ca-cert-file "$c/ca.crt" --tls-auth-clients no)
+    read -r -a tls < <(bash bench/tls_certs.sh "$OUT/redis")
+    tls+=("$TPORT")
     URL=rediss://127.0.0.1:$TPORT
-    export CUDA_AGENT_REDIS_CACERT=$c/ca.crt
+    export CUDA_AGENT_REDIS_CACERT=$OUT/redis/ca.crt
 fi
 "$REDIS" --port "$PORT" --bind 127.0.0.1 --dir "$OUT/redis" --save '' --appendonly yes \
     --appendfsync everysec --logfile "$OUT/redis/redis.log" "${tls[@]}" &

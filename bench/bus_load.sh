@@ -17,19 +17,18 @@ BUILD=${BUILD:-build}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/bus-load-XXXXXX")
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$TMP"' EXIT
+stop_all() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null
+    rm -rf "$TMP"
+}
+trap stop_all EXIT
 URL=redis://127.0.0.1:$PORT
 tls=()
 if [ "${TLS:-0}" = 1 ]; then
     TPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$TMP/ca.key" -out "$TMP/ca.crt" -days 1 \
-        -subj "/CN=bench CA" 2>/dev/null
-    openssl req -newkey rsa:2048 -nodes -keyout "$TMP/s.key" -out "$TMP/s.csr" -subj /CN=s 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1\n' >"$TMP/s.ext"
-    openssl x509 -req -in "$TMP/s.csr" -CA "$TMP/ca.crt" -CAkey "$TMP/ca.key" -CAcreateserial \
-        -out "$TMP/s.crt" -days 1 -extfile "$TMP/s.ext" 2>/dev/null
-    tls=(--tls-port "$TPORT" --tls-cert-file "$TMP/s.crt" --tls-key-file "$TMP/s.key"
-         --tls-ca-cert-file "$TMP/ca.crt" --tls-auth-clients no)
+    read -r -a tls < <(bash bench/tls_certs.sh "$TMP")
+    tls+=("$TPORT")
     URL=rediss://127.0.0.1:$TPORT
     export CUDA_AGENT_REDIS_CACERT=$TMP/ca.crt
 fi
