@@ -4,7 +4,8 @@
  * hands hiredis one end of a socketpair; a thread relays bytes between the other end and the
  * TLS connection. hiredis reads and writes plain RESP on its end as on any socket (its
  * timeouts included); closing that end (redisFree) ends the thread, and the server closing
- * the TLS connection closes the socketpair, which hiredis sees as a lost connection.
+ * the TLS connection shuts the socketpair for writing, which hiredis sees as a lost
+ * connection (the thread then discards what hiredis still writes until it closes its end).
  *
  * The server is verified: its certificate against $CUDA_AGENT_REDIS_CACERT (a PEM file) or,
  * without it, the system's trust store, and its name (or IP address) against the URL's host.
@@ -33,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/util.h"
 #include "core/banned.h"
 
 #define RELAY_BUF 16384
@@ -49,29 +51,29 @@ struct bus__tls {
     atomic_bool ended;
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int set_nonblocking(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-/* The first of OpenSSL's queued errors as words ("" when none), the queue cleared. */
+/* The first of OpenSSL's queued errors, its words only ("certificate verify failed", not
+ * "error:0A000086:SSL routines::certificate verify failed"; "" when none); the queue cleared. */
 static void ssl_reason(char *buf, size_t cap)
 {
     unsigned long e = ERR_get_error();
-    if (e)
+    const char *r = e ? ERR_reason_error_string(e) : NULL;
+    if (r)
+        snprintf(buf, cap, "%s", r);
+    else if (e)
         ERR_error_string_n(e, buf, cap);
     else
         snprintf(buf, cap, "%s", "");
     ERR_clear_error();
 }
+
+/* What to do when the server asked for a client certificate and we had none. */
+#define CERT_HINT "set $CUDA_AGENT_REDIS_CERT and $CUDA_AGENT_REDIS_KEY"
 
 /* A TCP connection to host:port within the deadline (every address getaddrinfo gives). */
 static int tcp_connect(const struct bus_url *u, int64_t deadline, char *why, size_t cap)
@@ -96,7 +98,7 @@ static int tcp_connect(const struct bus_url *u, int64_t deadline, char *why, siz
         int rc = connect(fd, a->ai_addr, a->ai_addrlen);
         if (rc < 0 && errno == EINPROGRESS) {
             struct pollfd p = {.fd = fd, .events = POLLOUT};
-            int64_t left = deadline - mono_ms();
+            int64_t left = deadline - ca_now_us() / 1000;
             int n = left > 0 ? poll(&p, 1, (int)left) : 0;
             int soerr = 0;
             socklen_t sl = sizeof(soerr);
@@ -209,14 +211,11 @@ static int handshake(struct bus__tls *t, const struct bus_url *u, int64_t deadli
             else
                 snprintf(why, cap, "TLS handshake failed: %s%s",
                          reason[0] ? reason : "the server closed the connection",
-                         t->asked_for_cert ? "; the server asked for a client certificate and got "
-                                             "none: set $CUDA_AGENT_REDIS_CERT and "
-                                             "$CUDA_AGENT_REDIS_KEY"
-                                           : "");
+                         t->asked_for_cert ? "; no client certificate was given: " CERT_HINT : "");
             return -1;
         }
         struct pollfd p = {.fd = t->tcp, .events = ev};
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - ca_now_us() / 1000;
         if (left <= 0 || poll(&p, 1, (int)left) == 0) {
             snprintf(why, cap, "%s", "TLS handshake timed out (is that port TLS?)");
             return -1;
@@ -235,23 +234,17 @@ static short ssl_wants(struct bus__tls *t, int r, bool *closed)
         return POLLOUT;
     *closed = true;
     char reason[160] = "";
-    if (e == SSL_ERROR_SSL) {
+    if (e == SSL_ERROR_SSL)
         ssl_reason(reason, sizeof(reason));
-        const char *tail = strrchr(reason, ':'); /* "error:0A00045C:SSL routines::why" */
-        if (tail)
-            memmove(reason, tail + 1, strlen(tail + 1) + 1);
-    }
     /* The server's alert may be lost with a reset connection: its request for a certificate
      * we had none for is then the likelier cause (hedged: an optional one is no cause). */
     if (reason[0])
         snprintf(t->why, sizeof(t->why), "TLS: %s%s", reason,
-                 t->asked_for_cert ? "; no client certificate was given: set "
-                                     "$CUDA_AGENT_REDIS_CERT and $CUDA_AGENT_REDIS_KEY"
-                                   : "");
+                 t->asked_for_cert ? "; no client certificate was given: " CERT_HINT : "");
     else if (t->asked_for_cert)
         snprintf(t->why, sizeof(t->why), "%s",
                  "TLS: closed; the server asked for a client certificate and got none: if it "
-                 "requires one, set $CUDA_AGENT_REDIS_CERT and $CUDA_AGENT_REDIS_KEY");
+                 "requires one, " CERT_HINT);
     ERR_clear_error();
     return 0;
 }
@@ -304,8 +297,8 @@ static void *relay(void *arg)
             else if (n < 0 && errno != EAGAIN && errno != EINTR)
                 plain_closed = true;
         }
-        if (moved || plain_closed)
-            continue;
+        if (moved || plain_closed || (tls_closed && down_off == down_len))
+            continue; /* the loop's condition ends it once a side is closed and drained */
         /* Nothing moved: wait for what would move something (an fd with nothing to wait
          * for is left out, so that its hang-up cannot spin the loop). */
         short plain_ev =
@@ -324,8 +317,18 @@ static void *relay(void *arg)
         (void)SSL_shutdown(t->ssl); /* one try: a close_notify if the socket takes it now */
     ERR_clear_error();
     atomic_store_explicit(&t->ended, true, memory_order_release);
-    /* hiredis sees EOF on its end once ours is shut (the fd itself is closed at the join). */
-    (void)shutdown(t->plain, SHUT_RDWR);
+    /* hiredis sees EOF on its end once ours is shut for writing. Our end stays open for
+     * reading, drained until hiredis closes its own (redisFree): a write of hiredis's into a
+     * socket whose peer is gone would raise SIGPIPE in the caller's thread, and a command-line
+     * process that did not ignore it would die of it. */
+    (void)shutdown(t->plain, SHUT_WR);
+    while (!plain_closed) {
+        struct pollfd p = {.fd = t->plain, .events = POLLIN};
+        if (poll(&p, 1, -1) < 0 && errno != EINTR)
+            break;
+        ssize_t n = read(t->plain, up, sizeof(up));
+        plain_closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+    }
     return NULL;
 }
 
@@ -345,7 +348,7 @@ static void tls_free(struct bus__tls *t)
 int bus__tls_open(const struct bus_url *u, int timeout_ms, struct bus__tls **out, int *plain_fd,
                   char *why, size_t cap)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
+    int64_t deadline = ca_now_us() / 1000 + timeout_ms;
     struct bus__tls *t = xcalloc(1, sizeof(*t));
     t->tcp = t->plain = -1;
     int sv[2];
