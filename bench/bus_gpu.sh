@@ -31,12 +31,18 @@ fi
 REDIS=${REDIS:-redis-server}
 command -v "$REDIS" >/dev/null || { echo "no redis-server (set REDIS_SERVER or run bench/carry.sh)"; exit 2; }
 pids=()
-stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+sockdir=
+stop_all() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    [ -z "$sockdir" ] || rm -rf "$sockdir"
+}
 trap stop_all EXIT
 since() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
 
 echo "== 1. the local evaluator service"
-SOCK=$(mktemp -u /tmp/ca-bus-gpu-XXXXXX.sock)
+sockdir=$(mktemp -d) # a private directory: no other user can take the name first
+SOCK=$sockdir/evaluator.sock
 t0=$(date +%s.%N)
 # shellcheck disable=SC2086 # SERVICE_FLAGS: a list of flags
 CUDA_AGENT_CACHE_DIR=$OUT/cache-local "$CA" evaluator --socket "$SOCK" --prewarm "${PREWARM:-8}" \
