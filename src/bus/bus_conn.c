@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/sigpipe.h"
 #include "core/banned.h"
 
 #define BUS_CONNECT_TIMEOUT_MS 3000
@@ -49,11 +50,20 @@ static int unreachable(const struct bus_conn *c, const char *why, struct ca_err 
                     c->url.shown, why);
 }
 
-/* Run one command on a connected context; the raw reply (maybe an error reply) in *out. */
+/*
+ * Run one command on a connected context; the raw reply (maybe an error reply) in *out.
+ * hiredis writes with write(): a write to a connection the server reset raises SIGPIPE in this
+ * thread, which would kill a command that does not ignore it (eval --redis). It is held back and
+ * the lost connection is an error like any other.
+ */
 static int raw(struct bus_conn *c, redisReply **out, int argc, const char **argv,
                const size_t *lens, struct ca_err *err)
 {
+    struct sigpipe_guard guard;
+    sigpipe_block(&guard);
     redisReply *r = redisCommandArgv(c->ctx, argc, argv, lens);
+    guard.caused = r == NULL;
+    sigpipe_restore(&guard);
     if (!r) {
         char why[160], tls[320];
         snprintf(why, sizeof(why), "%s", c->ctx->errstr[0] ? c->ctx->errstr : "connection lost");

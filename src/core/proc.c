@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "core/limits.h"
+#include "core/sigpipe.h"
 #include "core/banned.h"
 
 /* Same numbers on every architecture since Linux 5.1's unified table. */
@@ -244,40 +245,6 @@ static int fallback_max_fd(void)
         rl.rlim_cur > FALLBACK_MAX_FD)
         return FALLBACK_MAX_FD;
     return (int)rl.rlim_cur;
-}
-
-/*
- * A write to a pipe whose reader is gone raises SIGPIPE at the writing thread.
- * We block it while feeding stdin and consume the one we caused, unless one
- * was already pending before (then it is not ours to take).
- */
-struct sigpipe_guard {
-    sigset_t old;
-    bool was_pending;
-    bool caused;
-};
-
-static void sigpipe_block(struct sigpipe_guard *g)
-{
-    sigset_t set, pending;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, &g->old);
-    g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
-    g->caused = false;
-}
-
-static void sigpipe_restore(struct sigpipe_guard *g)
-{
-    if (g->caused && !g->was_pending) {
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, SIGPIPE);
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR)
-            ;
-    }
-    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
 void proc_capture_read(struct proc_capture *c, char *scratch)

@@ -1,9 +1,17 @@
-/* Unit tests of the job bus's pure parts (bus/): Redis URLs, SHA-256, job documents and what a
- * worker refuses in them. The bus against real Redis servers is tests/it/bus.sh. */
+/* Unit tests of the job bus (bus/): Redis URLs, SHA-256, job documents and what a
+ * worker refuses in them, and a connection to a peer that closes. The bus against real Redis
+ * servers is tests/it/bus.sh. */
 #include "test.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "bus/bus_internal.h"
 #include "core/fs.h"
@@ -301,4 +309,72 @@ TEST(job_from_eval_keeps_its_own_snapshot)
     free(task);
     free(ws);
     free(keep);
+}
+
+/* A peer that answers the connection's PING and then closes, as a Redis that restarted while
+ * the connection was idle: a large command written to it meets a reset, and the write that
+ * follows raises SIGPIPE in the writing thread. The bus holds that back and reports the lost
+ * connection; the default disposition (this test's) would otherwise kill the process. */
+struct closing_peer {
+    int lfd;
+};
+
+static void *closing_peer_main(void *arg)
+{
+    struct closing_peer *p = arg;
+    int fd = accept(p->lfd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    char in[256];
+    size_t got = 0;
+    while (got < sizeof(in) - 1) { /* the PING of bus_conn_open, as RESP */
+        ssize_t n = read(fd, in + got, sizeof(in) - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        in[got] = 0;
+        if (strstr(in, "PING\r\n"))
+            break;
+    }
+    if (write(fd, "+PONG\r\n", 7) != 7)
+        fprintf(stderr, "closing peer: write failed\n");
+    close(fd);
+    return NULL;
+}
+
+TEST(a_write_to_a_closed_connection_is_an_error_not_sigpipe)
+{
+    struct closing_peer p = {.lfd = socket(AF_INET, SOCK_STREAM, 0)};
+    REQUIRE(p.lfd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    REQUIRE(bind(p.lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    REQUIRE(listen(p.lfd, 1) == 0);
+    REQUIRE(getsockname(p.lfd, (struct sockaddr *)&a, &alen) == 0);
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, closing_peer_main, &p) == 0);
+    char url[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    struct bus_url u;
+    struct ca_err err = {0};
+    REQUIRE(bus_url_parse(url, &u, &err) == 0);
+    struct bus_conn *c = NULL;
+    REQUIRE(bus_conn_open(&u, &c, &err) == 0);
+    pthread_join(th, NULL);
+    close(p.lfd);
+    usleep(20000); /* the peer's FIN is in: the connection is half closed */
+    size_t n = 8 << 20;
+    char *big = malloc(n);
+    memset(big, 'x', n);
+    const char *argv[3] = {"SET", "k", big};
+    const size_t lens[3] = {3, 1, n};
+    redisReply *r = NULL;
+    CHECK_EQ(bus__cmd(c, &r, &err, 3, argv, lens), CA_EUNAVAIL);
+    CHECK_CONTAINS(err.msg, "lost Redis at redis://127.0.0.1:");
+    CHECK(r == NULL);
+    sigset_t pending;
+    REQUIRE(sigpending(&pending) == 0);
+    CHECK(!sigismember(&pending, SIGPIPE)); /* consumed, not left for later */
+    free(big);
+    bus_conn_free(c);
 }
