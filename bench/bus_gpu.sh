@@ -63,10 +63,8 @@ URL=redis://127.0.0.1:$PORT
 mkdir -p "$OUT/redis"
 tls=()
 if [ "${TLS:-0}" = 1 ]; then
-    TPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     read -r -a tls < <(bash bench/tls_certs.sh "$OUT/redis")
-    tls+=("$TPORT")
-    URL=rediss://127.0.0.1:$TPORT
+    URL=rediss://127.0.0.1:${tls[-1]}
     export CUDA_AGENT_REDIS_CACERT=$OUT/redis/ca.crt
 fi
 "$REDIS" --port "$PORT" --bind 127.0.0.1 --dir "$OUT/redis" --save '' --appendonly yes \

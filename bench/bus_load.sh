@@ -26,10 +26,8 @@ trap stop_all EXIT
 URL=redis://127.0.0.1:$PORT
 tls=()
 if [ "${TLS:-0}" = 1 ]; then
-    TPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     read -r -a tls < <(bash bench/tls_certs.sh "$TMP")
-    tls+=("$TPORT")
-    URL=rediss://127.0.0.1:$TPORT
+    URL=rediss://127.0.0.1:${tls[-1]}
     export CUDA_AGENT_REDIS_CACERT=$TMP/ca.crt
 fi
 redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" --save '' --appendonly yes \
