@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from harness_case import EXT_16_ROWS, assert_failed, evaluate, model_new  # noqa: E402
 
-import compare  # noqa: E402  (harness/, on the path through harness_case)
+import attempt  # noqa: E402  (harness/, on the path through harness_case)
+import compare  # noqa: E402
 import evaluate as ev  # noqa: E402
 import memplan  # noqa: E402
 import streaming  # noqa: E402
@@ -367,7 +368,7 @@ def test_an_evaluator_oom_under_every_plan_is_an_infrastructure_error(tmp_path, 
 
 
 def test_an_oom_in_the_reference_forward_is_not_a_task_error(tmp_path, monkeypatch):
-    monkeypatch.setattr(ev, "compute_reference", fake_cuda_oom)
+    monkeypatch.setattr(attempt, "compute_reference", fake_cuda_oom)
     run = evaluate(tmp_path)
     assert run.failure["kind"] == "infrastructure", run
     assert run.rc == 3
