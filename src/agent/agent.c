@@ -1,6 +1,6 @@
 /*
- * agent.c - the ReAct loop, the trajectory writer, resume, and the final
- * scoring.
+ * agent.c - the ReAct loop, its settings (resumed ones too), and the final
+ * scoring; the trajectory file is agent_traj.c.
  *
  * Invariants:
  *  - A turn is one model reply plus the results of all its tool calls; its
@@ -14,8 +14,6 @@
  */
 #include "agent/agent_internal.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,44 +34,13 @@
 #include "workspace/workspace.h"
 #include "core/banned.h"
 
-#define TRAJ_FILE "trajectory.jsonl"
 #define RESUME_NOTE                                                                                \
     "[The episode was interrupted and has been resumed. Your files are as you left them, but "     \
     "the shell is a new one (working directory and variables were reset, background shells "       \
     "are gone), and files must be Read again before you overwrite them.]"
 
-struct run {
-    const struct agent_opts *o;
-    int64_t max_turns, context_tokens, wall_ms, tool_output_max;
-    bool no_eval;
-    const char *device;
-    struct llm_opts llm_opts;
-    json_t *header; /* owns the strings llm_opts/device may borrow on resume */
-    char *task_ref;
-    struct task_set tasks;
-    const struct task *task;
-    char *out_dir, *ws_dir, *traj_path;
-    int traj_fd;
-    struct agent_conv *conv;
-    struct llm_client *llm;
-    struct episode *ep;
-    char *episode_dir;
-    struct buf tools_json;
-    json_t *evals;
-    int64_t eval_since; /* the current episode's cursor (episodes restart at 1) */
-    int64_t eval_seq;   /* our numbering, across resumes */
-    int64_t turn;
-    int64_t t_start, deadline_us;
-    int64_t model_us, tool_us;
-    int64_t prompt_tokens, completion_tokens;
-    int64_t *overhead, *sync;
-    size_t noverhead, overhead_alloc, nsync, sync_alloc;
-    int64_t last_sync_us;
-    const char *stop_reason;
-    char stop_detail[CA_ERR_MSG_MAX];
-};
 
-static void emit(struct run *r, enum agent_event_kind kind, const char *tool, const json_t *eval,
+static void emit(struct agent__run *r, enum agent_event_kind kind, const char *tool, const json_t *eval,
                  const char *message)
 {
     if (!r->o->on_event)
@@ -92,48 +59,6 @@ static void emit(struct run *r, enum agent_event_kind kind, const char *tool, co
 
 /* ---- trajectory writer ---- */
 
-static int traj_append(struct run *r, json_t *line, struct ca_err *err)
-{
-    struct buf b;
-    buf_init(&b, CA_LIMIT_TRAJECTORY_LINE);
-    int rc = jsonx_dump(line, 0, &b);
-    if (rc) {
-        /* Logprobs can be large; the line is still worth having without them. */
-        json_object_del(line, "logprobs");
-        json_object_del(line, "token_ids");
-        buf_reset(&b);
-        rc = jsonx_dump(line, 0, &b);
-        if (rc == 0)
-            LOG_WARN("trajectory line of turn %" PRId64 " written without logprobs: over %zu bytes",
-                     r->turn, (size_t)CA_LIMIT_TRAJECTORY_LINE);
-    }
-    rc = rc ? rc : buf_addch(&b, '\n');
-    if (rc) {
-        buf_release(&b);
-        return err_setf(err, CA_ETOOBIG, "a trajectory line is over %zu bytes",
-                        (size_t)CA_LIMIT_TRAJECTORY_LINE);
-    }
-    const char *p = b.data;
-    size_t n = b.len;
-    while (n) {
-        ssize_t w = write(r->traj_fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0) {
-            rc = err_setf(err, -errno, "cannot write %s: %s", r->traj_path, strerror(errno));
-            break;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    int64_t t0 = ca_now_us();
-    if (rc == 0 && fdatasync(r->traj_fd) != 0)
-        rc = err_setf(err, -errno, "cannot sync %s: %s", r->traj_path, strerror(errno));
-    r->last_sync_us = ca_now_us() - t0;
-    buf_release(&b);
-    return rc;
-}
-
 /* ---- set-up ---- */
 
 static char *absolute_ref(const char *ref)
@@ -146,7 +71,7 @@ static char *absolute_ref(const char *ref)
     return xstrfmt("%s/%s", cwd, ref);
 }
 
-static json_t *options_json(const struct run *r)
+static json_t *options_json(const struct agent__run *r)
 {
     const struct llm_opts *l = &r->llm_opts;
     json_t *o = json_pack(
@@ -167,7 +92,7 @@ static json_t *options_json(const struct run *r)
 }
 
 /* Settings: the options given, else (on resume) the trajectory's, else defaults. */
-static void resolve_settings(struct run *r, const json_t *saved)
+static void resolve_settings(struct agent__run *r, const json_t *saved)
 {
     const struct agent_opts *o = r->o;
     const json_t *so = json_object_get(saved, "options");
@@ -212,7 +137,7 @@ static void resolve_settings(struct run *r, const json_t *saved)
 #undef SAVED_STR
 }
 
-static int first_messages(struct run *r, json_t **system, json_t **user, struct ca_err *err)
+static int first_messages(struct agent__run *r, json_t **system, json_t **user, struct ca_err *err)
 {
     struct buf skill, path;
     buf_init(&skill, CA_LIMIT_TASK_BYTES + 4096);
@@ -249,143 +174,26 @@ static int first_messages(struct run *r, json_t **system, json_t **user, struct 
     return 0;
 }
 
-static int append_msg(struct run *r, json_t *msg, struct ca_err *err)
-{
-    if (agent_conv_append(r->conv, msg))
-        return err_setf(err, CA_ETOOBIG, "the conversation is over %zu bytes",
-                        (size_t)CA_LIMIT_MODEL_REQUEST);
-    return 0;
-}
-
-/* Rebuild the conversation and counters from a trajectory's lines. */
-static int replay(struct run *r, const json_t *lines, struct ca_err *err)
-{
-    size_t i;
-    const json_t *line;
-    int rc = 0;
-    json_array_foreach(lines, i, line)
-    {
-        const char *type = json_string_value(json_object_get(line, "type"));
-        const json_t *msgs = NULL;
-        if (type && strcmp(type, "header") == 0)
-            msgs = json_object_get(line, "messages");
-        else if (type && strcmp(type, "turn") == 0)
-            msgs = json_object_get(line, "messages");
-        else if (type && strcmp(type, "resume") == 0)
-            msgs = json_object_get(line, "messages");
-        else
-            continue;
-        if (!json_is_array(msgs))
-            return err_setf(err, CA_EPARSE, "%s: line %zu has no \"messages\" array", r->traj_path,
-                            i + 1);
-        size_t j;
-        const json_t *m;
-        json_array_foreach(msgs, j, m)
-        {
-            if (!json_is_object(m) || !json_is_string(json_object_get(m, "role")))
-                return err_setf(err, CA_EPARSE, "%s: line %zu: message %zu is not a message",
-                                r->traj_path, i + 1, j + 1);
-            rc = append_msg(r, json_deep_copy(m), err);
-            if (rc)
-                return rc;
-        }
-        if (strcmp(type, "turn") != 0)
-            continue;
-        json_int_t t = json_integer_value(json_object_get(line, "turn"));
-        if (t > r->turn)
-            r->turn = t;
-        const json_t *timings = json_object_get(line, "timings");
-        r->model_us += (int64_t)(json_number_value(json_object_get(timings, "model_ms")) * 1000);
-        r->tool_us += (int64_t)(json_number_value(json_object_get(timings, "tool_ms")) * 1000);
-        const json_t *usage = json_object_get(line, "usage");
-        json_int_t pt = json_integer_value(json_object_get(usage, "prompt_tokens"));
-        if (pt > 0)
-            r->prompt_tokens = pt;
-        r->completion_tokens += json_integer_value(json_object_get(usage, "completion_tokens"));
-        const json_t *ev = json_object_get(line, "evals");
-        size_t k;
-        const json_t *rec;
-        json_array_foreach(ev, k, rec)
-        {
-            json_array_append(r->evals, (json_t *)rec);
-            json_int_t seq = json_integer_value(json_object_get(rec, "seq"));
-            if (seq > r->eval_seq)
-                r->eval_seq = seq;
-        }
-    }
-    return 0;
-}
-
-static int open_traj(struct run *r, const json_t **header, json_t **lines, struct ca_err *err)
-{
-    *lines = NULL;
-    if (!r->o->resume) {
-        if (fs_exists(r->traj_path))
-            return err_setf(err, CA_EUSAGE,
-                            "%s already holds a trajectory: continue it with --resume %s, or "
-                            "choose another --out",
-                            r->out_dir, r->out_dir);
-        int rc = fs_mkdirs(r->out_dir, 0755, err);
-        if (rc)
-            return rc;
-        r->traj_fd = open(r->traj_path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-        if (r->traj_fd < 0)
-            return err_setf(err, -errno, "cannot create %s: %s", r->traj_path, strerror(errno));
-        return 0;
-    }
-    size_t good;
-    int rc = agent_traj_load(r->traj_path, lines, &good, err);
-    if (rc == -ENOENT)
-        return err_setf(err, CA_ENOTFOUND, "%s has no trajectory to resume (%s)", r->out_dir,
-                        TRAJ_FILE);
-    if (rc)
-        return rc;
-    const json_t *first = json_array_get(*lines, 0);
-    if (!first || !json_is_string(json_object_get(first, "type")) ||
-        strcmp(json_string_value(json_object_get(first, "type")), "header") != 0)
-        return err_setf(err, CA_EPARSE, "%s does not start with a header line", r->traj_path);
-    /* An episode that ended for good is not resumed; one that the server, a
-     * signal or the clock stopped is (its final line stays as a record). */
-    const json_t *last = json_array_get(*lines, json_array_size(*lines) - 1);
-    const char *type = json_string_value(json_object_get(last, "type"));
-    const char *why = json_string_value(json_object_get(last, "stop_reason"));
-    if (type && strcmp(type, "final") == 0 && why && strcmp(why, "model_error") != 0 &&
-        strcmp(why, "interrupted") != 0 && strcmp(why, "wall_clock") != 0 &&
-        !(strcmp(why, "max_turns") == 0 &&
-          r->o->max_turns > json_integer_value(json_object_get(last, "turns"))))
-        return err_setf(
-            err, CA_EUSAGE, "the episode in %s already finished (%s); nothing to resume%s",
-            r->out_dir, why,
-            strcmp(why, "max_turns") == 0 ? " (give a higher --max-turns to go on)" : "");
-    *header = first;
-    r->traj_fd = open(r->traj_path, O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (r->traj_fd < 0)
-        return err_setf(err, -errno, "cannot open %s: %s", r->traj_path, strerror(errno));
-    if (ftruncate(r->traj_fd, (off_t)good) != 0) /* drop a line torn by the crash */
-        return err_setf(err, -errno, "cannot truncate %s: %s", r->traj_path, strerror(errno));
-    return 0;
-}
-
 /* ---- one turn ---- */
 
-static void stop(struct run *r, const char *reason, const char *detail)
+static void stop(struct agent__run *r, const char *reason, const char *detail)
 {
     r->stop_reason = reason;
     snprintf(r->stop_detail, sizeof(r->stop_detail), "%s", detail ? detail : "");
 }
 
-static bool out_of_time(const struct run *r)
+static bool out_of_time(const struct agent__run *r)
 {
     return r->deadline_us && ca_now_us() >= r->deadline_us;
 }
 
-static bool cancelled(const struct run *r)
+static bool cancelled(const struct agent__run *r)
 {
     return r->o->cancel && *r->o->cancel;
 }
 
 /* Run one call; the tool message goes to *msg, the record to *rec. */
-static void run_call(struct run *r, const struct llm_tool_call *c, bool skip, json_t **msg,
+static void run_call(struct agent__run *r, const struct llm_tool_call *c, bool skip, json_t **msg,
                      json_t **rec, int64_t *tool_us)
 {
     struct tool_result res;
@@ -441,7 +249,7 @@ static json_t *usage_json(const struct llm_reply *rep)
 
 /* The loop's own time for a turn, and apart from it the trajectory's fsync
  * (disk latency, not loop work). */
-static void note_overhead(struct run *r, int64_t us, int64_t sync_us)
+static void note_overhead(struct agent__run *r, int64_t us, int64_t sync_us)
 {
     ALLOC_GROW(r->overhead, r->noverhead + 1, r->overhead_alloc);
     r->overhead[r->noverhead++] = us < 0 ? 0 : us;
@@ -455,7 +263,7 @@ static void note_overhead(struct run *r, int64_t us, int64_t sync_us)
  * so best of trajectory survives the episode's state (removed at the end)
  * and resumes (a new episode, numbering from 1 again).
  */
-static void keep_record(struct run *r, json_t *rec)
+static void keep_record(struct agent__run *r, json_t *rec)
 {
     json_object_set(rec, "episode_seq", json_object_get(rec, "seq"));
     json_object_set_new(rec, "seq", json_integer(++r->eval_seq));
@@ -479,7 +287,7 @@ static void keep_record(struct run *r, json_t *rec)
 /* ---- one turn, in its phases ---- */
 
 /* The budgets checked before a turn: true (r->stop_reason set) when one is spent. */
-static bool budget_spent(struct run *r)
+static bool budget_spent(struct agent__run *r)
 {
     if (cancelled(r))
         stop(r, "interrupted", "a signal asked the agent to stop");
@@ -497,7 +305,7 @@ static bool budget_spent(struct run *r)
  * ones near the budget. *tokens and *elided say what was sent; true (stop "context") when
  * even that does not fit.
  */
-static bool context_full(struct run *r, int64_t *tokens, size_t *elided)
+static bool context_full(struct agent__run *r, int64_t *tokens, size_t *elided)
 {
     size_t count = agent_conv_count(r->conv), keep_from = count;
     while (keep_from > 0) {
@@ -527,7 +335,7 @@ static bool context_full(struct run *r, int64_t *tokens, size_t *elided)
 
 /* The model call failed (rc, lerr): stop with the reason and record an "error" line. Returns
  * 1 (stop), or a negative code when the trajectory cannot be written. */
-static int model_failed(struct run *r, int rc, const struct ca_err *lerr,
+static int model_failed(struct agent__run *r, int rc, const struct ca_err *lerr,
                         const struct llm_reply *rep, int64_t model_us, struct ca_err *err)
 {
     if (rc == CA_ETOOBIG && strstr(lerr->msg, "context"))
@@ -542,7 +350,7 @@ static int model_failed(struct run *r, int rc, const struct ca_err *lerr,
                              (json_int_t)(r->turn + 1), "error", lerr->msg, "stop_reason",
                              r->stop_reason, "attempts", rep->attempts, "http_status",
                              (json_int_t)rep->status, "model_ms", (double)model_us / 1000.0);
-    rc = traj_append(r, line, err);
+    rc = agent__traj_append(r, line, err);
     json_decref(line);
     return rc ? rc : 1;
 }
@@ -552,11 +360,11 @@ static int model_failed(struct run *r, int rc, const struct ca_err *lerr,
  * into msgs and results (the turn's line). A spent budget between calls stops the rest
  * (*stopping). Returns 0 or a negative code (trajectory I/O).
  */
-static int run_calls(struct run *r, const struct llm_reply *rep, json_t *msgs, json_t *results,
+static int run_calls(struct agent__run *r, const struct llm_reply *rep, json_t *msgs, json_t *results,
                      int64_t *tool_us, bool *stopping, struct ca_err *err)
 {
     json_array_append(msgs, rep->message);
-    int rc = append_msg(r, json_incref(rep->message), err);
+    int rc = agent__append_msg(r, json_incref(rep->message), err);
     for (size_t i = 0; rc == 0 && i < rep->ncalls; i++) {
         if (!*stopping && (cancelled(r) || out_of_time(r))) {
             *stopping = true;
@@ -566,13 +374,13 @@ static int run_calls(struct run *r, const struct llm_reply *rep, json_t *msgs, j
         run_call(r, &rep->calls[i], *stopping, &msg, &rec, tool_us);
         json_array_append_new(results, rec);
         json_array_append(msgs, msg);
-        rc = append_msg(r, msg, err);
+        rc = agent__append_msg(r, msg, err);
     }
     return rc;
 }
 
 /* The evaluations the episode made during the turn, kept and announced: a new array. */
-static json_t *collect_evals(struct run *r)
+static json_t *collect_evals(struct agent__run *r)
 {
     json_t *new_evals = NULL;
     struct ca_err eerr = {0};
@@ -591,7 +399,7 @@ static json_t *collect_evals(struct run *r)
 
 /* The turn's trajectory line; takes msgs, results and new_evals. *overhead: the loop's own
  * time since t0, the line included. */
-static json_t *turn_line(const struct run *r, const struct llm_reply *rep, json_t *msgs,
+static json_t *turn_line(const struct agent__run *r, const struct llm_reply *rep, json_t *msgs,
                          json_t *results, json_t *new_evals, int64_t tokens, size_t elided,
                          int64_t t0, int64_t model_us, int64_t tool_us, int64_t *overhead)
 {
@@ -627,7 +435,7 @@ static json_t *turn_line(const struct run *r, const struct llm_reply *rep, json_
 /* One turn: budgets, context, the model, its tool calls, the episode's evaluations, the
  * trajectory line. Returns 0 to go on, 1 when the loop should stop (r->stop_reason set), or
  * a negative code for a failure of our own (trajectory I/O). */
-static int turn(struct run *r, struct ca_err *err)
+static int turn(struct agent__run *r, struct ca_err *err)
 {
     if (budget_spent(r))
         return 1;
@@ -676,7 +484,7 @@ static int turn(struct run *r, struct ca_err *err)
     bool answered = rep.ncalls == 0;
     llm_reply_release(&rep);
     int64_t w0 = ca_now_us();
-    rc = traj_append(r, line, err);
+    rc = agent__traj_append(r, line, err);
     json_decref(line);
     note_overhead(r, overhead + (ca_now_us() - w0) - r->last_sync_us, r->last_sync_us);
     if (rc)
@@ -700,7 +508,7 @@ static json_t *summary_of(const json_t *report)
                      (json_int_t)(r.reward_is_int ? r.reward : -1));
 }
 
-static json_t *score(struct run *r, const char *ws, const char *what, const char *report_file)
+static json_t *score(struct agent__run *r, const char *ws, const char *what, const char *report_file)
 {
     emit(r, AGENT_EV_SCORE, NULL, NULL, what);
     struct eval_opts eo = {
@@ -733,7 +541,7 @@ static json_t *score(struct run *r, const char *ws, const char *what, const char
     return s;
 }
 
-static json_t *score_all(struct run *r)
+static json_t *score_all(struct agent__run *r)
 {
     if (r->no_eval)
         return json_pack("{s:n, s:n, s:n, s:s}", "final", "best", "reward", "note",
@@ -780,7 +588,7 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static json_t *timings_json(struct run *r)
+static json_t *timings_json(struct agent__run *r)
 {
     json_t *t =
         json_pack("{s:f, s:f, s:f}", "wall_ms", (double)(ca_now_us() - r->t_start) / 1000.0,
@@ -798,7 +606,7 @@ static json_t *timings_json(struct run *r)
 
 /* ---- the run ---- */
 
-static void run_release(struct run *r)
+static void run_release(struct agent__run *r)
 {
     if (r->traj_fd >= 0)
         close(r->traj_fd);
@@ -823,7 +631,7 @@ static void run_release(struct run *r)
     free(r->sync);
 }
 
-static int start_episode(struct run *r, struct ca_err *err)
+static int start_episode(struct agent__run *r, struct ca_err *err)
 {
     char id[EPISODE_ID_MAX + 1];
     snprintf(id, sizeof(id), "run-%d-%" PRId64, (int)getpid(), ca_now_us());
@@ -853,7 +661,7 @@ static int start_episode(struct run *r, struct ca_err *err)
 int agent_run(const struct agent_opts *o, json_t **result, struct ca_err *err)
 {
     *result = NULL;
-    struct run r = {.o = o, .traj_fd = -1};
+    struct agent__run r = {.o = o, .traj_fd = -1};
     task_set_init(&r.tasks);
     buf_init(&r.tools_json, CA_LIMIT_MODEL_REQUEST);
     r.evals = json_array();
@@ -867,8 +675,8 @@ int agent_run(const struct agent_opts *o, json_t **result, struct ca_err *err)
     }
     r.out_dir = xstrdup(o->out_dir);
     r.ws_dir = xstrfmt("%s/workspace", r.out_dir);
-    r.traj_path = xstrfmt("%s/" TRAJ_FILE, r.out_dir);
-    rc = open_traj(&r, &saved, &lines, err);
+    r.traj_path = xstrfmt("%s/" AGENT__TRAJ_FILE, r.out_dir);
+    rc = agent__traj_open(&r, &saved, &lines, err);
     if (rc)
         goto out;
     if (saved)
@@ -925,22 +733,22 @@ int agent_run(const struct agent_opts *o, json_t **result, struct ca_err *err)
             task_to_json(r.task, false), "model", r.llm_opts.model, "base_url", r.llm_opts.base_url,
             "options", options_json(&r), "tools", names, "messages", sys, user);
         json_object_set_new(header, "started", json_integer((json_int_t)time(NULL)));
-        rc = append_msg(&r, sys, err);
-        rc = rc ? rc : append_msg(&r, user, err);
-        rc = rc ? rc : traj_append(&r, header, err);
+        rc = agent__append_msg(&r, sys, err);
+        rc = rc ? rc : agent__append_msg(&r, user, err);
+        rc = rc ? rc : agent__traj_append(&r, header, err);
         json_decref(header);
         if (rc)
             goto out;
     } else {
-        rc = replay(&r, lines, err);
+        rc = agent__traj_replay(&r, lines, err);
         if (rc)
             goto out;
         json_t *note = json_pack("{s:s, s:s}", "role", "user", "content", RESUME_NOTE);
         json_t *line =
             json_pack("{s:s, s:I, s:I, s:[O]}", "type", "resume", "at_turn", (json_int_t)r.turn,
                       "started", (json_int_t)time(NULL), "messages", note);
-        rc = append_msg(&r, note, err);
-        rc = rc ? rc : traj_append(&r, line, err);
+        rc = agent__append_msg(&r, note, err);
+        rc = rc ? rc : agent__traj_append(&r, line, err);
         json_decref(line);
         if (rc)
             goto out;
@@ -962,7 +770,7 @@ int agent_run(const struct agent_opts *o, json_t **result, struct ca_err *err)
     json_object_set_new(final, "tokens",
                         json_pack("{s:I, s:I}", "last_prompt", (json_int_t)r.prompt_tokens,
                                   "completion_total", (json_int_t)r.completion_tokens));
-    rc = traj_append(&r, final, err);
+    rc = agent__traj_append(&r, final, err);
     if (rc) {
         json_decref(final);
         goto out;
