@@ -5,10 +5,24 @@
  */
 #include "bus/bus_internal.h"
 
-#include <stdlib.h>
-
 #include "core/json.h"
+#include "core/sv.h"
 #include "core/banned.h"
+
+/* A reply that should hold an integer: the integer, or the string itself where it does not (a
+ * value someone else wrote into Redis), so that the operator sees it as it is. */
+static json_t *int_value(const redisReply *v)
+{
+    if (v->type == REDIS_REPLY_INTEGER)
+        return json_integer(v->integer);
+    if (v->type != REDIS_REPLY_STRING)
+        return json_null();
+    int64_t n;
+    struct ca_err e = {0};
+    if (sv_parse_i64(sv_from(v->str, v->len), &n, "value", &e) == 0)
+        return json_integer(n);
+    return json_stringn(v->str, v->len);
+}
 
 static json_t *hash_json(struct bus_conn *c, const char *key, bool values_json, struct ca_err *err,
                          int *rc)
@@ -20,15 +34,14 @@ static json_t *hash_json(struct bus_conn *c, const char *key, bool values_json, 
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
         const redisReply *k = r->element[i], *v = r->element[i + 1];
         json_t *val = NULL;
-        if (values_json)
-            val = json_loadb(v->str, v->len, 0, NULL);
-        if (!val)
-            val = v->type == REDIS_REPLY_STRING ? json_stringn(v->str, v->len) : json_null();
-        if (!values_json && v->type == REDIS_REPLY_STRING) {
+        if (!values_json)
+            val = int_value(v);
+        else if (v->type == REDIS_REPLY_STRING && !(val = json_loadb(v->str, v->len, 0, NULL)))
+            val = json_stringn(v->str, v->len);
+        if (k->type == REDIS_REPLY_STRING)
+            json_object_set_new(o, k->str, val ? val : json_null());
+        else
             json_decref(val);
-            val = json_integer(strtoll(v->str, NULL, 10));
-        }
-        json_object_set_new(o, k->str, val);
     }
     freeReplyObject(r);
     return o;
@@ -55,26 +68,28 @@ int bus_status(const char *url, json_t **out, struct ca_err *err)
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
             pending = r->element[0]->integer;
             const redisReply *l = r->element[3];
-            for (size_t i = 0; l->type == REDIS_REPLY_ARRAY && i < l->elements; i++)
-                json_object_set_new(
-                    consumers, l->element[i]->element[0]->str,
-                    json_integer(strtoll(l->element[i]->element[1]->str, NULL, 10)));
+            for (size_t i = 0; l->type == REDIS_REPLY_ARRAY && i < l->elements; i++) {
+                const redisReply *e = l->element[i];
+                if (e->type == REDIS_REPLY_ARRAY && e->elements == 2 &&
+                    e->element[0]->type == REDIS_REPLY_STRING)
+                    json_object_set_new(consumers, e->element[0]->str, int_value(e->element[1]));
+            }
         }
         freeReplyObject(r);
     }
     json_t *workers = hash_json(c, BUS_KEY_WORKERS, true, err, &rc);
     json_t *strikes = hash_json(c, BUS_KEY_STRIKES, false, err, &rc);
     json_t *quarantine = hash_json(c, BUS_KEY_QUARANTINE, true, err, &rc);
-    long long maxq = BUS_DEFAULT_MAX_QUEUE;
+    json_t *maxq = NULL; /* unset: the default */
     if (rc == 0 && bus__cmds(c, &r, err, "HGET", BUS_KEY_CONFIG, "max_queue", NULL) == 0) {
         if (r->type == REDIS_REPLY_STRING)
-            maxq = strtoll(r->str, NULL, 10);
+            maxq = int_value(r);
         freeReplyObject(r);
     }
     bus_conn_free(c);
-    json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:o, s:o, s:o, s:o}", "redis", u.shown, "queued",
+    json_t *j = json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "redis", u.shown, "queued",
                           (json_int_t)queued, "pending", (json_int_t)pending, "max_queue",
-                          (json_int_t)maxq, "consumers", consumers, "workers", workers, "strikes",
+                          maxq ? maxq : json_integer(BUS_DEFAULT_MAX_QUEUE), "consumers", consumers, "workers", workers, "strikes",
                           strikes, "quarantine", quarantine);
     if (rc) {
         json_decref(j);

@@ -36,6 +36,7 @@
 #include "core/json.h"
 #include "core/limits.h"
 #include "core/log.h"
+#include "core/sv.h"
 #include "eval/evald.h"
 #include "core/banned.h"
 
@@ -480,9 +481,11 @@ static void process(struct bus_conn *c, struct slot *s, const redisReply *entry,
         else
             result = failure(rc, err.msg);
         json_object_set_new(result, "deliveries", json_integer(n));
-        if (t)
+        int64_t queued_us;
+        struct ca_err terr = {0};
+        if (t && sv_parse_i64(sv_from(t, strlen(t)), &queued_us, "t", &terr) == 0)
             json_object_set_new(result, "queue_ms",
-                                json_real((double)(wall0 - strtoll(t, NULL, 10)) / 1000.0));
+                                json_real((double)(wall0 - queued_us) / 1000.0));
         json_object_set_new(result, "eval_ms", json_real((double)(ca_now_us() - t0) / 1000.0));
         if (record(c, w, eid, job, result) >= 0) {
             atomic_fetch_add(&w->done, 1);

@@ -224,6 +224,15 @@ run "$CA" worker --redis "$URL" --release g
 expect "--release lifts the quarantine" 0 "released g"
 run "$CA" worker --redis "$URL" --status
 assert "status no longer lists g" bash -c "'$PY' -c 'import json,sys; d=json.load(open(sys.argv[1])); assert \"g\" not in d[\"quarantine\"] and \"g\" not in d[\"strikes\"]' '$OUT'"
+# Values someone else wrote into the bus's hashes are shown as they are, never read as 0.
+R HSET ca:strikes junk 12x >/dev/null
+R HSET ca:config max_queue lots >/dev/null
+run "$CA" worker --redis "$URL" --status
+assert "status shows a value that is not an integer as it is" bash -c "'$PY' -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d[\"strikes\"][\"junk\"] == \"12x\" and d[\"max_queue\"] == \"lots\", d' '$OUT'"
+R HDEL ca:strikes junk >/dev/null
+R HDEL ca:config max_queue >/dev/null
+run "$CA" worker --redis "$URL" --status
+assert "... and an unset max_queue as the default" bash -c "'$PY' -c 'import json,sys; d=json.load(open(sys.argv[1])); assert isinstance(d[\"max_queue\"], int) and d[\"max_queue\"] > 0, d' '$OUT'"
 
 # -- a hung worker: its lease lapses at the job deadline, the job is taken over, it is struck
 # and (the striker's --max-strikes 1) quarantined
