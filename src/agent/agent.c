@@ -39,9 +39,8 @@
     "the shell is a new one (working directory and variables were reset, background shells "       \
     "are gone), and files must be Read again before you overwrite them.]"
 
-
-static void emit(struct agent__run *r, enum agent_event_kind kind, const char *tool, const json_t *eval,
-                 const char *message)
+static void emit(struct agent__run *r, enum agent_event_kind kind, const char *tool,
+                 const json_t *eval, const char *message)
 {
     if (!r->o->on_event)
         return;
@@ -360,8 +359,8 @@ static int model_failed(struct agent__run *r, int rc, const struct ca_err *lerr,
  * into msgs and results (the turn's line). A spent budget between calls stops the rest
  * (*stopping). Returns 0 or a negative code (trajectory I/O).
  */
-static int run_calls(struct agent__run *r, const struct llm_reply *rep, json_t *msgs, json_t *results,
-                     int64_t *tool_us, bool *stopping, struct ca_err *err)
+static int run_calls(struct agent__run *r, const struct llm_reply *rep, json_t *msgs,
+                     json_t *results, int64_t *tool_us, bool *stopping, struct ca_err *err)
 {
     json_array_append(msgs, rep->message);
     int rc = agent__append_msg(r, json_incref(rep->message), err);
@@ -508,7 +507,8 @@ static json_t *summary_of(const json_t *report)
                      (json_int_t)(r.reward_is_int ? r.reward : -1));
 }
 
-static json_t *score(struct agent__run *r, const char *ws, const char *what, const char *report_file)
+static json_t *score(struct agent__run *r, const char *ws, const char *what,
+                     const char *report_file)
 {
     emit(r, AGENT_EV_SCORE, NULL, NULL, what);
     struct eval_opts eo = {

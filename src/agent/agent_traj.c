@@ -177,7 +177,8 @@ int agent__traj_replay(struct agent__run *r, const json_t *lines, struct ca_err 
     return 0;
 }
 
-int agent__traj_open(struct agent__run *r, const json_t **header, json_t **lines, struct ca_err *err)
+int agent__traj_open(struct agent__run *r, const json_t **header, json_t **lines,
+                     struct ca_err *err)
 {
     *lines = NULL;
     if (!r->o->resume) {

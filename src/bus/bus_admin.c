@@ -89,8 +89,8 @@ int bus_status(const char *url, json_t **out, struct ca_err *err)
     bus_conn_free(c);
     json_t *j = json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "redis", u.shown, "queued",
                           (json_int_t)queued, "pending", (json_int_t)pending, "max_queue",
-                          maxq ? maxq : json_integer(BUS_DEFAULT_MAX_QUEUE), "consumers", consumers, "workers", workers, "strikes",
-                          strikes, "quarantine", quarantine);
+                          maxq ? maxq : json_integer(BUS_DEFAULT_MAX_QUEUE), "consumers", consumers,
+                          "workers", workers, "strikes", strikes, "quarantine", quarantine);
     if (rc) {
         json_decref(j);
         return rc;
