@@ -58,6 +58,8 @@
 
 /* ---- where Redis is ---- */
 
+#define BUS_URL_SHOWN 512 /* bytes of bus_url.shown */
+
 /*
  * redis://[USER[:PASSWORD]@]HOST[:PORT][/DB], rediss://... (the same over TLS: bus_tls.c,
  * with $CUDA_AGENT_REDIS_CACERT, $CUDA_AGENT_REDIS_CERT and $CUDA_AGENT_REDIS_KEY) or
@@ -71,8 +73,8 @@ struct bus_url {
     char user[128];
     char pass[256];
     int db;
-    bool tls;        /* rediss:// */
-    char shown[512]; /* for messages: the URL with the password as "***" */
+    bool tls;                  /* rediss:// */
+    char shown[BUS_URL_SHOWN]; /* for messages: the URL with the password as "***" */
 };
 
 int bus_url_parse(const char *url, struct bus_url *u, struct ca_err *err) WARN_UNUSED_RESULT;
@@ -89,6 +91,10 @@ struct bus_conn;
  */
 int bus_conn_open(const struct bus_url *u, struct bus_conn **out,
                   struct ca_err *err) WARN_UNUSED_RESULT;
+/* bus_url_parse, then bus_conn_open; `shown` (may be NULL, else BUS_URL_SHOWN bytes) gets the URL
+ * as messages show it, its password as "***". */
+int bus_conn_open_url(const char *url, struct bus_conn **out, char *shown,
+                      struct ca_err *err) WARN_UNUSED_RESULT;
 void bus_conn_free(struct bus_conn *c);
 
 /* ---- jobs ---- */

@@ -49,11 +49,9 @@ static json_t *hash_json(struct bus_conn *c, const char *key, bool values_json, 
 
 int bus_status(const char *url, json_t **out, struct ca_err *err)
 {
-    struct bus_url u;
     struct bus_conn *c = NULL;
-    int rc = bus_url_parse(url, &u, err);
-    if (rc == 0)
-        rc = bus_conn_open(&u, &c, err);
+    char shown[BUS_URL_SHOWN];
+    int rc = bus_conn_open_url(url, &c, shown, err);
     if (rc)
         return rc;
     redisReply *r = NULL;
@@ -87,7 +85,7 @@ int bus_status(const char *url, json_t **out, struct ca_err *err)
         freeReplyObject(r);
     }
     bus_conn_free(c);
-    json_t *j = json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "redis", u.shown, "queued",
+    json_t *j = json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "redis", shown, "queued",
                           (json_int_t)queued, "pending", (json_int_t)pending, "max_queue",
                           maxq ? maxq : json_integer(BUS_DEFAULT_MAX_QUEUE), "consumers", consumers,
                           "workers", workers, "strikes", strikes, "quarantine", quarantine);
@@ -101,11 +99,8 @@ int bus_status(const char *url, json_t **out, struct ca_err *err)
 
 int bus_release(const char *url, const char *name, struct ca_err *err)
 {
-    struct bus_url u;
     struct bus_conn *c = NULL;
-    int rc = bus_url_parse(url, &u, err);
-    if (rc == 0)
-        rc = bus_conn_open(&u, &c, err);
+    int rc = bus_conn_open_url(url, &c, NULL, err);
     redisReply *r = NULL;
     if (rc == 0 && (rc = bus__cmds(c, &r, err, "HDEL", BUS_KEY_QUARANTINE, name, NULL)) == 0) {
         if (r->integer == 0)

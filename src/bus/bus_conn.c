@@ -166,6 +166,18 @@ int bus_conn_open(const struct bus_url *u, struct bus_conn **out, struct ca_err 
     return 0;
 }
 
+int bus_conn_open_url(const char *url, struct bus_conn **out, char *shown, struct ca_err *err)
+{
+    struct bus_url u;
+    int rc = bus_url_parse(url, &u, err);
+    if (rc == 0 && shown)
+        memcpy(shown, u.shown, sizeof(u.shown));
+    if (rc == 0)
+        rc = bus_conn_open(&u, out, err);
+    explicit_bzero(u.pass, sizeof(u.pass));
+    return rc;
+}
+
 void bus_conn_free(struct bus_conn *c)
 {
     if (!c)

@@ -55,10 +55,9 @@ int cli_bus_check(const struct cli_bus *b)
 {
     if (!b->url)
         return 0; /* not on the bus: nothing to check */
-    struct bus_url u;
     struct bus_conn *c = NULL;
     struct ca_err err = {0};
-    if (bus_url_parse(b->url, &u, &err) || bus_conn_open(&u, &c, &err))
+    if (bus_conn_open_url(b->url, &c, NULL, &err))
         return cli_fail(&err);
     bus_conn_free(c);
     return 0;
