@@ -32,9 +32,10 @@ import quality
 from baselines import baseline_key, device_info, measure_baselines, timing_section
 from evalbase import EvalError, Log, as_list, is_oom, nbytes, secret_seed, set_precision, \
     task_call
-from inputs import DEFAULT_DERIVED_SHAPES, InputSet, SetPrefetch, choose_stress_scale, \
-    compute_reference, cpu_state, draw_sets, load_task, sha256_file, shape_models, \
-    validate_derived
+from inputs import InputSet, compute_reference, cpu_state, load_task, sha256_file
+from sets import SetPrefetch, draw_sets
+from shapes import DEFAULT_DERIVED_SHAPES, shape_models, validate_derived
+from stress import choose_stress_scale
 from job import footprint_of, lay_out, lay_out_streamed, write_model
 import timing
 from session import Session

@@ -15,7 +15,8 @@ import memplan
 import arena as ar
 from evalbase import EvalError, count_changed
 from job import arena_inputs, received_outputs
-from inputs import InputSet, derivation_label
+from inputs import InputSet
+from shapes import derivation_label
 
 
 MAX_FIRST_MISMATCHES = 5

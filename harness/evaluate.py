@@ -37,9 +37,10 @@ import memplan  # noqa: E402
 from attempt import Attempt, OutOfMemory  # noqa: E402
 from evalbase import EvalError, Log, set_precision  # noqa: E402
 from job import arena_inputs, lay_out, received_outputs  # noqa: E402
-from inputs import (  # noqa: E402
-    DEFAULT_DERIVED_SHAPES, InputSet, SetPrefetch, choose_stress_scale, growth,
-    heavy_tailed_like, model_at, size_names, smaller_odd)
+from inputs import InputSet, heavy_tailed_like  # noqa: E402
+from sets import SetPrefetch  # noqa: E402
+from shapes import DEFAULT_DERIVED_SHAPES, model_at, size_names, smaller_odd  # noqa: E402
+from stress import choose_stress_scale, growth  # noqa: E402
 from compare import (  # noqa: E402
     MIN_EXTENSION_SHARE, PRECISION_FACTOR, PRECISION_REL_FLOOR_EPS, check_launches, check_set,
     compare_tensor, first_true, precision_record, refused_record, unravel)

@@ -165,7 +165,7 @@ def trusted_bytes(fp: Footprint, window: int, lazy: bool, float64: bool = True) 
 
 
 def setup_bytes(fp: Footprint, f64: bool) -> int:
-    """The setup's peak beside the model (inputs.choose_stress_scale, the value-stress set's
+    """The setup's peak beside the model (stress.choose_stress_scale, the value-stress set's
     scale chosen): set 0's inputs and reference and the derived sets' (their inputs and
     references), the unscaled draw and where its reference is finite (a byte per element), a
     scaled copy, and on it the float64 forward (inputs and peak in float64), then the float32

@@ -149,7 +149,7 @@ def test_choose_keeps_to_the_comfort_bound_when_a_plan_does():
 
 # Footprints of level-1 KernelBench tasks as measured on the H200 (bench/kb_memory.py): the
 # inputs, outputs and the reference forward's own peak, with two derived sets of at most 1/16
-# of the inputs (inputs.DERIVED_MAX_SHARE). Issue 22: each fits one H200.
+# of the inputs (shapes.DERIVED_MAX_SHARE). Issue 22: each fits one H200.
 LEVEL1_H200 = {
     "19_ReLU": (6 * GIB, 6 * GIB, 6 * GIB, 2),
     "38_L1Norm_": (8 * GIB, 8 * GIB, 16 * GIB, 2),
