@@ -29,7 +29,7 @@ static json_t *hash_json(struct bus_conn *c, const char *key, bool values_json, 
 {
     redisReply *r = NULL;
     json_t *o = json_object();
-    if (*rc || (*rc = bus__cmds(c, &r, err, "HGETALL", key, NULL)) != 0)
+    if (*rc || (*rc = bus__cmds(c, &r, err, "HGETALL", key)) != 0)
         return o;
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
         const redisReply *k = r->element[i], *v = r->element[i + 1];
@@ -57,11 +57,11 @@ int bus_status(const char *url, json_t **out, struct ca_err *err)
     redisReply *r = NULL;
     long long queued = 0, pending = 0;
     json_t *consumers = json_object();
-    if ((rc = bus__cmds(c, &r, err, "XLEN", BUS_STREAM, NULL)) == 0) {
+    if ((rc = bus__cmds(c, &r, err, "XLEN", BUS_STREAM)) == 0) {
         queued = r->integer;
         freeReplyObject(r);
     }
-    if (rc == 0 && bus__cmds(c, &r, err, "XPENDING", BUS_STREAM, BUS_GROUP, NULL) == 0) {
+    if (rc == 0 && bus__cmds(c, &r, err, "XPENDING", BUS_STREAM, BUS_GROUP) == 0) {
         /* [count, min, max, [[consumer, n], ...]] */
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 4) {
             pending = r->element[0]->integer;
@@ -79,7 +79,7 @@ int bus_status(const char *url, json_t **out, struct ca_err *err)
     json_t *strikes = hash_json(c, BUS_KEY_STRIKES, false, err, &rc);
     json_t *quarantine = hash_json(c, BUS_KEY_QUARANTINE, true, err, &rc);
     json_t *maxq = NULL; /* unset: the default */
-    if (rc == 0 && bus__cmds(c, &r, err, "HGET", BUS_KEY_CONFIG, "max_queue", NULL) == 0) {
+    if (rc == 0 && bus__cmds(c, &r, err, "HGET", BUS_KEY_CONFIG, "max_queue") == 0) {
         if (r->type == REDIS_REPLY_STRING)
             maxq = int_value(r);
         freeReplyObject(r);
@@ -102,12 +102,12 @@ int bus_release(const char *url, const char *name, struct ca_err *err)
     struct bus_conn *c = NULL;
     int rc = bus_conn_open_url(url, &c, NULL, err);
     redisReply *r = NULL;
-    if (rc == 0 && (rc = bus__cmds(c, &r, err, "HDEL", BUS_KEY_QUARANTINE, name, NULL)) == 0) {
+    if (rc == 0 && (rc = bus__cmds(c, &r, err, "HDEL", BUS_KEY_QUARANTINE, name)) == 0) {
         if (r->integer == 0)
             rc = err_setf(err, CA_ENOTFOUND, "worker %s is not quarantined", name);
         freeReplyObject(r);
     }
-    if (rc == 0 && bus__cmds(c, &r, err, "HDEL", BUS_KEY_STRIKES, name, NULL) == 0)
+    if (rc == 0 && bus__cmds(c, &r, err, "HDEL", BUS_KEY_STRIKES, name) == 0)
         freeReplyObject(r);
     bus_conn_free(c);
     return rc;

@@ -84,7 +84,7 @@ static int fetch_result(struct bus_conn *c, const char *id, json_t **result, str
     char rkey[sizeof(BUS_KEY_RESULT) + SHA256_HEX_LEN];
     snprintf(rkey, sizeof(rkey), "%s%s", BUS_KEY_RESULT, id);
     redisReply *r = NULL;
-    int rc = bus__cmds(c, &r, err, "GET", rkey, NULL);
+    int rc = bus__cmds(c, &r, err, "GET", rkey);
     if (rc)
         return rc;
     *result = NULL;
@@ -159,7 +159,7 @@ int bus_submit_wait(struct bus_conn *c, const struct bus_job *job, const struct 
                 char dkey[sizeof(BUS_KEY_DONE) + SHA256_HEX_LEN];
                 snprintf(dkey, sizeof(dkey), "%s%s", BUS_KEY_DONE, id);
                 redisReply *r = NULL;
-                rc = bus__cmds(c, &r, err, "BLPOP", dkey, BUS_POLL_S, NULL);
+                rc = bus__cmds(c, &r, err, "BLPOP", dkey, BUS_POLL_S);
                 if (rc == 0)
                     freeReplyObject(r);
             }

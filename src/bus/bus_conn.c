@@ -212,7 +212,7 @@ int bus__cmd(struct bus_conn *c, redisReply **reply, struct ca_err *err, int arg
     return rc;
 }
 
-int bus__cmds(struct bus_conn *c, redisReply **reply, struct ca_err *err, ...)
+int bus__cmds_(struct bus_conn *c, redisReply **reply, struct ca_err *err, ...)
 {
     const char *argv[32];
     int argc = 0;

@@ -39,8 +39,11 @@ const char *bus__tls_why(const struct bus__tls *t);
  */
 int bus__cmd(struct bus_conn *c, redisReply **reply, struct ca_err *err, int argc,
              const char **argv, const size_t *lens) WARN_UNUSED_RESULT;
-/* Same with NUL-terminated string arguments, the list ending in NULL. */
-int bus__cmds(struct bus_conn *c, redisReply **reply, struct ca_err *err, ...) WARN_UNUSED_RESULT;
+/* Same with NUL-terminated string arguments: bus__cmds(c, &reply, err, "GET", key). The macro
+ * ends the list with a typed NULL, so no call can forget it or pass an untyped one. */
+int bus__cmds_(struct bus_conn *c, redisReply **reply, struct ca_err *err, ...) WARN_UNUSED_RESULT;
+#define bus__cmds(c, reply, err, ...)                                                              \
+    bus__cmds_((c), (reply), (err), __VA_ARGS__, (const char *)NULL)
 
 /* Wall-clock microseconds (entries carry enqueue times that other machines read). */
 int64_t bus__wall_us(void);

@@ -413,7 +413,7 @@ static int fetch_blob(struct bus_conn *c, const struct bus__ref *r, const char *
     snprintf(key, sizeof(key), "%s%s", BUS_KEY_BLOB, r->sha);
     redisReply *rep = NULL;
     /* STRLEN first: a blob far larger than announced is never read into memory. */
-    int rc = bus__cmds(c, &rep, err, "STRLEN", key, NULL);
+    int rc = bus__cmds(c, &rep, err, "STRLEN", key);
     if (rc)
         return rc;
     long long n = rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
@@ -427,7 +427,7 @@ static int fetch_blob(struct bus_conn *c, const struct bus__ref *r, const char *
         return err_setf(err, CA_EPARSE,
                         "artifact %s (%s) holds %lld bytes, the job says %zu: refused", what,
                         r->sha, n, r->size);
-    if ((rc = bus__cmds(c, &rep, err, "GET", key, NULL)) != 0)
+    if ((rc = bus__cmds(c, &rep, err, "GET", key)) != 0)
         return rc;
     if (rep->type != REDIS_REPLY_STRING && !(rep->type == REDIS_REPLY_NIL && r->size == 0)) {
         freeReplyObject(rep);

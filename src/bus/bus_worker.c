@@ -203,8 +203,7 @@ static struct bus_conn *connect_retry(struct worker *w)
 static int ensure_group(struct bus_conn *c, struct ca_err *err)
 {
     redisReply *r = NULL;
-    int rc =
-        bus__cmds(c, &r, err, "XGROUP", "CREATE", BUS_STREAM, BUS_GROUP, "0", "MKSTREAM", NULL);
+    int rc = bus__cmds(c, &r, err, "XGROUP", "CREATE", BUS_STREAM, BUS_GROUP, "0", "MKSTREAM");
     if (rc == 0)
         freeReplyObject(r);
     if (rc == -EPROTO && strstr(err->msg, "BUSYGROUP"))
@@ -223,7 +222,7 @@ static int strike(struct bus_conn *c, struct worker *w, const char *who, const c
     json_decref(j);
     redisReply *r = NULL;
     int rc = bus__cmds(c, &r, err, "EVAL", STRIKE_LUA, "2", BUS_KEY_STRIKES, BUS_KEY_QUARANTINE,
-                       who, max, text, NULL);
+                       who, max, text);
     free(text);
     if (rc)
         return rc;
@@ -266,7 +265,7 @@ static int record(struct bus_conn *c, struct worker *w, const char *entry, const
     while (out < 0 && ca_now_us() < until) {
         redisReply *r = NULL;
         int rc = bus__cmds(c, &r, &err, "EVAL", RECORD_LUA, "3", rkey, dkey, BUS_STREAM, text, ttl,
-                           BUS_GROUP, entry, BUS_DONE_TTL, NULL);
+                           BUS_GROUP, entry, BUS_DONE_TTL);
         if (rc == 0) {
             out = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
             freeReplyObject(r);
@@ -339,7 +338,7 @@ static void give_back(struct bus_conn *c, struct slot *s, const char *entry)
     struct ca_err err = {0};
     set_lease(s, NULL, 0);
     if (bus__cmds(c, &r, &err, "EVAL", GIVEBACK_LUA, "1", BUS_STREAM, BUS_GROUP, entry, s->consumer,
-                  BUS_RETURNED, idle, NULL) == 0)
+                  BUS_RETURNED, idle) == 0)
         freeReplyObject(r);
 }
 
@@ -393,9 +392,9 @@ static void process(struct bus_conn *c, struct slot *s, const redisReply *entry,
                  "its id); dropped",
                  w->name, eid);
         redisReply *r = NULL;
-        if (bus__cmds(c, &r, &err, "XACK", BUS_STREAM, BUS_GROUP, eid, NULL) == 0)
+        if (bus__cmds(c, &r, &err, "XACK", BUS_STREAM, BUS_GROUP, eid) == 0)
             freeReplyObject(r);
-        if (bus__cmds(c, &r, &err, "XDEL", BUS_STREAM, eid, NULL) == 0)
+        if (bus__cmds(c, &r, &err, "XDEL", BUS_STREAM, eid) == 0)
             freeReplyObject(r);
         return;
     }
@@ -403,7 +402,7 @@ static void process(struct bus_conn *c, struct slot *s, const redisReply *entry,
     char rkey[sizeof(BUS_KEY_RESULT) + SHA256_HEX_LEN];
     snprintf(rkey, sizeof(rkey), "%s%s", BUS_KEY_RESULT, job);
     redisReply *ex = NULL;
-    if (bus__cmds(c, &ex, &err, "EXISTS", rkey, NULL) == 0) {
+    if (bus__cmds(c, &ex, &err, "EXISTS", rkey) == 0) {
         bool dup = ex->type == REDIS_REPLY_INTEGER && ex->integer == 1;
         freeReplyObject(ex);
         if (dup) { /* delivered twice: the record script acknowledges it, keeping the result */
@@ -490,7 +489,7 @@ static void process(struct bus_conn *c, struct slot *s, const redisReply *entry,
         if (record(c, w, eid, job, result) >= 0) {
             atomic_fetch_add(&w->done, 1);
             redisReply *r = NULL;
-            if (bus__cmds(c, &r, &err, "HDEL", BUS_KEY_STRIKES, w->name, NULL) == 0)
+            if (bus__cmds(c, &r, &err, "HDEL", BUS_KEY_STRIKES, w->name) == 0)
                 freeReplyObject(r);
         }
         json_decref(result);
@@ -515,8 +514,8 @@ static int next_entry(struct bus_conn *c, struct slot *s, struct ca_err *err)
     char idle[24];
     snprintf(idle, sizeof(idle), "%lld", (long long)w->o->reclaim_ms);
     redisReply *r = NULL;
-    int rc = bus__cmds(c, &r, err, "EVAL", RECLAIM_LUA, "1", BUS_STREAM, BUS_GROUP, idle,
-                       s->consumer, NULL);
+    int rc =
+        bus__cmds(c, &r, err, "EVAL", RECLAIM_LUA, "1", BUS_STREAM, BUS_GROUP, idle, s->consumer);
     if (rc)
         return rc;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
@@ -530,7 +529,7 @@ static int next_entry(struct bus_conn *c, struct slot *s, struct ca_err *err)
     freeReplyObject(r);
     r = NULL;
     rc = bus__cmds(c, &r, err, "XREADGROUP", "GROUP", BUS_GROUP, s->consumer, "COUNT", "1", "BLOCK",
-                   BUS_BLOCK_MS, "STREAMS", BUS_STREAM, ">", NULL);
+                   BUS_BLOCK_MS, "STREAMS", BUS_STREAM, ">");
     if (rc == -EPROTO && strstr(err->msg, "NOGROUP")) /* the stream was lost: make it again */
         return ensure_group(c, err);
     if (rc)
@@ -587,7 +586,7 @@ static void heartbeat(struct bus_conn *c, struct worker *w)
     json_decref(j);
     redisReply *r = NULL;
     struct ca_err err = {0};
-    if (bus__cmds(c, &r, &err, "HSET", BUS_KEY_WORKERS, w->name, text, NULL) == 0)
+    if (bus__cmds(c, &r, &err, "HSET", BUS_KEY_WORKERS, w->name, text) == 0)
         freeReplyObject(r);
     free(text);
 }
@@ -597,7 +596,7 @@ static void check_quarantine(struct bus_conn *c, struct worker *w)
 {
     redisReply *r = NULL;
     struct ca_err err = {0};
-    if (bus__cmds(c, &r, &err, "HGET", BUS_KEY_QUARANTINE, w->name, NULL) != 0)
+    if (bus__cmds(c, &r, &err, "HGET", BUS_KEY_QUARANTINE, w->name) != 0)
         return;
     if (r->type == REDIS_REPLY_STRING) {
         pthread_mutex_lock(&w->mu);
@@ -619,7 +618,7 @@ static void forget_dead(struct bus_conn *c, struct worker *w)
     redisReply *r = NULL;
     struct ca_err err = {0};
     if (bus__cmds(c, &r, &err, "EVAL", FORGET_LUA, "2", BUS_STREAM, BUS_KEY_WORKERS, BUS_GROUP, now,
-                  after, max, NULL) != 0) {
+                  after, max) != 0) {
         LOG_DEBUG("worker %s: forgetting dead consumers: %s", w->name, err.msg);
         return;
     }
@@ -678,7 +677,7 @@ static void *lease_main(void *arg)
                 continue;
             redisReply *r = NULL;
             if (bus__cmds(c, &r, &err, "EVAL", RENEW_LUA, "1", BUS_STREAM, BUS_GROUP, entry,
-                          s->consumer, NULL) != 0)
+                          s->consumer) != 0)
                 continue;
             if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
                 LOG_WARN("worker %s: entry %s was taken over by another worker; its result will "
@@ -769,7 +768,7 @@ int bus_worker_run(const struct bus_worker_opts *o, volatile sig_atomic_t *stop,
         char mq[24];
         snprintf(mq, sizeof(mq), "%lld", (long long)o->max_queue);
         redisReply *r = NULL;
-        if ((rc = bus__cmds(c, &r, err, "HSET", BUS_KEY_CONFIG, "max_queue", mq, NULL)) != 0)
+        if ((rc = bus__cmds(c, &r, err, "HSET", BUS_KEY_CONFIG, "max_queue", mq)) != 0)
             goto out;
         freeReplyObject(r);
     }
