@@ -225,7 +225,9 @@ def _evaluate_one(case: Case, sock: pathlib.Path, root: pathlib.Path, budget_ms:
         ws = None if case.kernelbench else make_workspace(case, root / case.name, binary())
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         return {"report": None, "error": str(exc), "seconds": time.monotonic() - t0}
-    argv = eval_argv(case, ws, "--server", str(sock), "--budget-ms", budget_ms, ca=binary())
+    timing = os.environ.get("CA_ADV_TIMING")  # the job's timing method (else the default)
+    argv = eval_argv(case, ws, "--server", str(sock), "--budget-ms", budget_ms,
+                     *(["--timing", timing] if timing else []), ca=binary())
     report, err = run_eval(argv)
     return {"report": report, "error": err, "seconds": time.monotonic() - t0}
 

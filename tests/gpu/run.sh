@@ -27,8 +27,8 @@
 # that a run cut by its time limit has them; timing needs phase 1's builds). With two GPUs or
 # more, phase 2 runs on the second GPU (and the second half of the CPUs) while phase 1 runs on
 # the first, so no timed work shares a GPU with other work.
-# On one H100 (16 cores) phase 1 took 368 s as two lanes (its longest, solutions and harness
-# together, now two lanes), the adversarial lane 152 s: docs/BENCHMARKS.md, "The GPU suite".
+# On one H100 (16 cores) the whole run took 553 s: adversarial 137 s, phase 1 232 s (its longest
+# lane, harness), timing 177 s (docs/BENCHMARKS.md, "The whole GPU suite in one call").
 # GPU_LANES (default: every lane) names the lanes to run, e.g. "adversarial kernelbench legit"
 # in one device call and "solutions harness timing" in another where one call is too short.
 set -u
