@@ -272,8 +272,7 @@ static void *relay(void *arg)
             if (n > 0) {
                 up_len = (size_t)n, up_off = 0, moved = true;
             } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-                plain_closed = true;
-                break;
+                break; /* hiredis closed its end (redisFree) */
             }
         }
         if (up_off < up_len && !tls_closed) {
