@@ -24,9 +24,13 @@ OUT/load_rewards.json.
 
   python3 bench/load_rewards.py [--bin .carry/cuda-agent] [--out /tmp/load-rewards]
       [--repeats 10] [--load 8] [--load-mode compile|full] [--subjects a,b,...]
-      [--budget-ms 500] [--timing events|device] [--time-budget 510] [--prewarm 8]
+      [--budget-ms 500] [--timing events|device|events,device] [--time-budget 510] [--prewarm 8]
       [--cpu-split SPEC]
       [--keep-baselines] [--service-flags "..."]
+
+--timing events,device compares the two methods side by side: each repeat is evaluated once
+with each, one after the other, through the same service and under the same load, and every
+(subject, mode) is reported as SUBJECT@MODE.
 
 Run from the repository root on the GPU machine (after `bash bench/carry.sh` here). The time
 budget covers everything (service start, warm-up compiles, both phases): subjects that do not
@@ -313,9 +317,10 @@ def main() -> int:
     ap.add_argument("--load-mode", choices=("compile", "full"), default="compile")
     ap.add_argument("--subjects", help="comma-separated subset (default: all)")
     ap.add_argument("--budget-ms", type=int, default=500)
-    ap.add_argument("--timing", choices=("events", "device"), default="events",
-                    help="the measured evaluations' timing method (eval --timing); run the "
-                         "script once with each, in one device call, to compare them")
+    ap.add_argument("--timing", default="events",
+                    help="the measured evaluations' timing method (eval --timing): events, "
+                         "device, or both as events,device (each repeat evaluated once with "
+                         "each, one after the other, through the same service: side by side)")
     ap.add_argument("--time-budget", type=float, default=510.0, help="seconds, all included")
     ap.add_argument("--prewarm", type=int, default=8)
     ap.add_argument("--cpu-split", help="the service's --cpu-split (e.g. off, to compare)")
@@ -323,8 +328,14 @@ def main() -> int:
                     help="keep the baseline cache between evaluations")
     ap.add_argument("--service-flags", default="", help="extra flags for cuda-agent evaluator")
     args = ap.parse_args()
+    modes = args.timing.split(",")
+    if not modes or any(m not in ("events", "device") for m in modes) or \
+            len(set(modes)) != len(modes):
+        ap.error(f"--timing: events, device or events,device (not {args.timing!r})")
     t_start = time.monotonic()
-    timing_args = ("--timing", args.timing)
+    # The measured results' keys: the subject, or SUBJECT@MODE when several modes are compared.
+    key = (lambda n, m: n) if len(modes) == 1 else (lambda n, m: f"{n}@{m}")  # noqa: E731
+    tim = lambda m: ("--timing", m)  # noqa: E731
     left = lambda: args.time_budget - (time.monotonic() - t_start)  # noqa: E731
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -352,18 +363,32 @@ def main() -> int:
         threads, warm = [], {}
 
         def warm_one(n, target):
-            warm[n] = evaluate(ca, svc.sock, target, args.budget_ms, timing_args)
+            for m in modes:
+                warm[key(n, m)] = evaluate(ca, svc.sock, target, args.budget_ms, tim(m))
 
         for n, target in subjects.items():
             threads.append(threading.Thread(target=warm_one, args=(n, target)))
             threads[-1].start()
         for t in threads:
             t.join()
-        for n, r in warm.items():
-            if "error" in r or r.get("stage") != "done":
-                log(f"  warm-up {n}: {r.get('error') or r.get('stage')}; dropped")
+        for n in list(subjects):
+            runs = [warm[key(n, m)] for m in modes]
+            bad = [r for r in runs if "error" in r or r.get("stage") != "done"]
+            if bad:
+                log(f"  warm-up {n}: {bad[0].get('error') or bad[0].get('stage')}; dropped")
                 subjects.pop(n)
         log(f"warm-up (compiles, first evaluations) {time.monotonic() - t0:.1f} s")
+
+        def measure(n: str, target: list[str]) -> dict[str, list[dict]]:
+            """REPEATS evaluations of subject n in each mode, the modes taking turns."""
+            recs: dict[str, list[dict]] = {key(n, m): [] for m in modes}
+            for _ in range(args.repeats):
+                for m in modes:
+                    if not args.keep_baselines:
+                        clear_baselines(svc.cache)
+                    recs[key(n, m)].append(evaluate(ca, svc.sock, target, args.budget_ms,
+                                                    tim(m)))
+            return recs
 
         # Idle phase: as many subjects as leave time for their load phase too.
         idle: dict[str, list[dict]] = {}
@@ -376,45 +401,39 @@ def main() -> int:
             if not args.keep_baselines:
                 clear_baselines(svc.cache)
             probe = evaluate(ca, svc.sock, next(iter(subjects.values())), args.budget_ms,
-                             timing_args)
+                             tim(modes[0]))
             per_eval = probe["wall_s"]
             log(f"one evaluation, compiled: {per_eval:.1f} s")
         for k, (n, target) in enumerate(subjects.items()):
             # This subject's idle block, and the load blocks of it and of those before it
             # (an evaluation under load taken as 2 idle ones).
-            need = args.repeats * (per_eval or 6.0) * (1 + 2.0 * (k + 1)) + 15
+            need = len(modes) * args.repeats * (per_eval or 6.0) * (1 + 2.0 * (k + 1)) + 15
             if left() < need:
                 results["not_run"].append(n)
                 continue
-            recs = []
-            for _ in range(args.repeats):
-                if not args.keep_baselines:
-                    clear_baselines(svc.cache)
-                recs.append(evaluate(ca, svc.sock, target, args.budget_ms, timing_args))
-            idle[n] = recs
+            recs = measure(n, target)
+            idle.update(recs)
             per_eval = med([r["wall_s"] for rs in idle.values() for r in rs])
-            r0 = recs[-1]
-            log(f"  idle {n}: {per_eval:.1f} s/eval, rewards "
-                f"{[r.get('reward') for r in recs]}, candidate {fmt(r0['candidate']['median_ms'])} ms")
+            for kk, rs in recs.items():
+                log(f"  idle {kk}: {per_eval:.1f} s/eval, rewards "
+                    f"{[r.get('reward') for r in rs]}, candidate "
+                    f"{fmt((rs[-1].get('candidate') or {}).get('median_ms'))} ms")
         # Load phase, in the same order, with the compile pool kept busy throughout.
         ld = Load(ca, svc.sock, work, args.load, args.load_mode, args.budget_ms)
         ld.start()
         time.sleep(5)  # the clients' first compiles under way
         t_load = time.monotonic()
-        for n in idle:
+        for n in [n for n in subjects if key(n, modes[0]) in idle]:
             per_load = med([r["wall_s"] for rs in load.values() for r in rs]) or \
                 2.0 * (per_eval or 6.0)
-            if left() < args.repeats * per_load + 10:
+            if left() < len(modes) * args.repeats * per_load + 10:
                 results["not_run"].append(f"{n} (under load)")
                 continue
-            recs = []
-            for _ in range(args.repeats):
-                if not args.keep_baselines:
-                    clear_baselines(svc.cache)
-                recs.append(evaluate(ca, svc.sock, subjects[n], args.budget_ms, timing_args))
-            load[n] = recs
-            log(f"  load {n}: rewards {[r.get('reward') for r in recs]}, "
-                f"load jobs done {sum(ld.done.values())}")
+            recs = measure(n, subjects[n])
+            load.update(recs)
+            for kk, rs in recs.items():
+                log(f"  load {kk}: rewards {[r.get('reward') for r in rs]}, "
+                    f"load jobs done {sum(ld.done.values())}")
         load_s = time.monotonic() - t_load
         ld.stop()
         results["load"] = {"seconds": load_s, "jobs": dict(ld.done),
