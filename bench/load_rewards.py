@@ -329,8 +329,7 @@ def main() -> int:
     ap.add_argument("--service-flags", default="", help="extra flags for cuda-agent evaluator")
     args = ap.parse_args()
     modes = args.timing.split(",")
-    if not modes or any(m not in ("events", "device") for m in modes) or \
-            len(set(modes)) != len(modes):
+    if any(m not in ("events", "device") for m in modes) or len(set(modes)) != len(modes):
         ap.error(f"--timing: events, device or events,device (not {args.timing!r})")
     t_start = time.monotonic()
     # The measured results' keys: the subject, or SUBJECT@MODE when several modes are compared.
