@@ -115,7 +115,6 @@ void log_event(const char *name, int64_t elapsed_us, json_t *fields)
     if (!line)
         return;
     size_t len = strlen(line);
-    line[len] = '\0';
     char *withnl = xmalloc(len + 2);
     memcpy(withnl, line, len);
     withnl[len] = '\n';
