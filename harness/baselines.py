@@ -45,33 +45,39 @@ PEAK_FLOPS = (
     ("H100", {"fp32": 67e12, "tf32": 495e12, "fp16": 990e12}),
     ("A100", {"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12}),
 )
-# The measured time may not fall below this share of the forward's longest GPU activity.
+# The measured time may not fall below this share of the GPU time of the forward's own work.
 KERNEL_FLOOR_SHARE = 0.9
 
 
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
 def kernel_floor(stats: dict[str, Any], ev: Any, flags: list[dict[str, Any]]) -> dict[str, Any]:
-    """A call cannot take less time than the longest GPU activity it ran (the launch evidence's
-    profiled forward, on any stream). Work on a stream that is not ordered with the current one
-    can overlap the L2 flush and input copies queued before the timed region, so the events
-    miss it (seen on the H200: a kernel on an unsynchronised side stream timed at 1/200 of its
-    own duration). When the events' median is below KERNEL_FLOOR_SHARE of that activity, the
-    activity's duration is the time (basis "kernel-floor", the events' median kept), with a
-    flag."""
+    """A call cannot take less time than the GPU was busy with the work it launched: the
+    launch evidence's profiled forward, its activities on every stream, overlaps counted once
+    (`busy_us`; a record without it: the longest activity, `longest_us`). Work on a stream that
+    is not ordered with the current one can overlap the L2 flush and input copies queued before
+    the timed region (or, under timing="device", the lead), so the events miss it (seen on the
+    H200: a kernel on an unsynchronised side stream timed at 1/200 of its own duration); cut
+    into many short kernels, it would slip under a floor of the longest one. When the events'
+    median is below KERNEL_FLOOR_SHARE of that busy time, the busy time is the time (basis
+    "kernel-floor", the events' median kept), with a flag."""
     if not isinstance(ev, dict):
         return stats
-    longest = ev.get("longest_us")
     med = stats.get("median_ms")
-    if not isinstance(longest, (int, float)) or isinstance(longest, bool) or \
-            not math.isfinite(longest) or longest <= 0 or not isinstance(med, (int, float)):
+    found = [v for v in (ev.get("longest_us"), ev.get("busy_us")) if _positive(v)]
+    if not found or not isinstance(med, (int, float)):
         return stats
-    floor_ms = longest / 1000.0
+    floor_ms = max(found) / 1000.0
     if med >= KERNEL_FLOOR_SHARE * floor_ms:
         return stats
     flags.append({"kind": "timing_below_kernel",
-                  "message": f"the timed calls took {med:.4g} ms, less than the forward's "
-                             f"longest GPU activity ({floor_ms:.4g} ms): work off the current "
-                             "stream overlapped the timing's set-up; timed at that activity's "
-                             "duration instead"})
+                  "message": f"the timed calls took {med:.4g} ms, less than the "
+                             f"{floor_ms:.4g} ms the GPU was busy with the forward's own work "
+                             "(its profiled activities on every stream): work off the current "
+                             "stream ran before or beside the timed region; timed at that "
+                             "busy time instead"})
     return dict(stats, median_ms=floor_ms, events_median_ms=med, basis="kernel-floor")
 
 

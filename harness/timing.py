@@ -682,6 +682,24 @@ def warm_profiler(device: torch.device | str) -> None:
         _synchronize(device)
 
 
+def busy_time(intervals: Sequence[tuple[float, float]]) -> float:
+    """How long at least one of the intervals (start, end) was under way: the length of their
+    union. Activities on one stream run one after another and those on several overlap, so a
+    call that ran them all took at least this long, however its work was spread over streams
+    or cut into short pieces (the kernel floor, harness/baselines.py)."""
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in sorted((a, max(a, b)) for a, b in intervals):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
 def launch_evidence(fn, make_inputs, device: torch.device, module: Any,
                     holders: Sequence[dict] = ()) -> dict[str, Any]:
     """Which GPU work one call of fn does, and how much of it runs inside module's functions.
@@ -695,7 +713,9 @@ def launch_evidence(fn, make_inputs, device: torch.device, module: Any,
     originals are put back afterwards. References to those callables that the candidate kept
     elsewhere (holders: dicts such as model_new's globals and each submodule's __dict__, where
     `self.f = ext.f`, as KernelBench solutions often write, puts one) are swapped for the
-    wrappers too, and put back. Returns the totals, counts and the largest activities.
+    wrappers too, and put back. Returns the totals, counts and the largest activities, the
+    longest activity (`longest_us`) and the time the GPU was busy with any of them
+    (`busy_us`: the union of their intervals, busy_time()).
     """
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -760,6 +780,8 @@ def launch_evidence(fn, make_inputs, device: torch.device, module: Any,
         return out
     per_name: dict[tuple[str, bool], list[float]] = {}
     out["longest_us"] = 0.0
+    mine = [(start, end) for start, end, _name in acts if call[0] <= start <= call[1]]
+    out["busy_us"] = busy_time(mine)
     for start, end, name in acts:
         if not call[0] <= start <= call[1]:
             continue

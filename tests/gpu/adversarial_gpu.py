@@ -160,6 +160,13 @@ def problems(case: Case, report: dict) -> list[str]:
         if cand.get("basis") not in want:
             why.append(f"candidate timing basis {cand.get('basis')!r}, expected one of {want}"
                        " (work off the current stream must be counted)")
+    if "flags_absent" in exp:
+        kinds = {f.get("kind") for f in (report.get("harness") or {}).get("flags") or []
+                 if isinstance(f, dict)}
+        for k in exp["flags_absent"]:
+            if k in kinds:
+                why.append(f"flag {k!r} raised: the timing was fooled (the reward may have been "
+                           "held back, but the measured time is not the candidate's)")
     return why
 
 

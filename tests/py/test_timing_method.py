@@ -139,3 +139,33 @@ def test_kernel_floor_holds_the_time_at_the_longest_activity():
                   (stats, {})]:
         flags = []
         assert ev.kernel_floor(st, e, flags) is st and flags == []
+
+
+def test_busy_time_is_the_union_of_the_activities():
+    assert timing.busy_time([]) == 0.0
+    assert timing.busy_time([(5.0, 9.0)]) == 4.0
+    # One stream, back to back with gaps: the sum; two streams overlapping: counted once.
+    assert timing.busy_time([(0.0, 2.0), (3.0, 4.0), (10.0, 11.5)]) == pytest.approx(4.5)
+    assert timing.busy_time([(0.0, 10.0), (2.0, 5.0), (4.0, 12.0)]) == pytest.approx(12.0)
+    # Unsorted, touching, and a reversed (end < start) record counted as empty.
+    assert timing.busy_time([(7.0, 9.0), (0.0, 7.0), (20.0, 19.0)]) == pytest.approx(9.0)
+    # 32 short slices of one kernel on a side stream: the floor is their sum, not the longest.
+    slices = [(10.0 * k, 10.0 * k + 2.2) for k in range(32)]
+    assert timing.busy_time(slices) == pytest.approx(70.4)
+
+
+def test_kernel_floor_counts_work_cut_into_short_pieces():
+    # The attack: the work cut into 32 kernels of 2.2 us on an unordered side stream, all run
+    # before the timed region; the longest piece alone would let 0.003 ms stand.
+    flags = []
+    stats = {"median_ms": 0.003, "basis": "stream"}
+    out = ev.kernel_floor(stats, {"longest_us": 2.2, "busy_us": 70.4}, flags)
+    assert out["median_ms"] == pytest.approx(0.0704) and out["basis"] == "kernel-floor"
+    assert "busy" in flags[0]["message"]
+    # An honest multi-kernel call (its span includes the gaps, so above the busy time), and a
+    # record whose busy time is bad (the longest activity still holds).
+    flags = []
+    honest = {"median_ms": 0.075}
+    assert ev.kernel_floor(honest, {"longest_us": 30.0, "busy_us": 70.0}, flags) is honest
+    out = ev.kernel_floor(stats, {"longest_us": 56.0, "busy_us": float("nan")}, flags)
+    assert out["median_ms"] == pytest.approx(0.056)
