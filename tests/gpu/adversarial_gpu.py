@@ -160,13 +160,18 @@ def problems(case: Case, report: dict) -> list[str]:
         if cand.get("basis") not in want:
             why.append(f"candidate timing basis {cand.get('basis')!r}, expected one of {want}"
                        " (work off the current stream must be counted)")
-    if "flags_absent" in exp:
-        kinds = {f.get("kind") for f in (report.get("harness") or {}).get("flags") or []
-                 if isinstance(f, dict)}
-        for k in exp["flags_absent"]:
-            if k in kinds:
-                why.append(f"flag {k!r} raised: the timing was fooled (the reward may have been "
-                           "held back, but the measured time is not the candidate's)")
+    if "timed_at_least_work" in exp:
+        # The candidate's time against the GPU time of all its profiled activities (their sum:
+        # for a case whose work runs on one stream, the least time a call can take).
+        h = report.get("harness") or {}
+        cand = ((h.get("timing") or {}).get("candidate") or {})
+        work = ((h.get("verification") or {}).get("launches") or {}).get("total_us")
+        med = cand.get("median_ms")
+        if not isinstance(work, (int, float)) or not isinstance(med, (int, float)):
+            why.append(f"no timing to check against its work (median {med!r}, work {work!r})")
+        elif med < exp["timed_at_least_work"] * work / 1000.0:
+            why.append(f"timed at {med:.4g} ms, below {exp['timed_at_least_work']:g} of the "
+                       f"{work / 1000.0:.4g} ms of GPU work it ran: the timing missed its work")
     return why
 
 

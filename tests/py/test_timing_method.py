@@ -155,17 +155,20 @@ def test_busy_time_is_the_union_of_the_activities():
 
 
 def test_kernel_floor_counts_work_cut_into_short_pieces():
-    # The attack: the work cut into 32 kernels of 2.2 us on an unordered side stream, all run
-    # before the timed region; the longest piece alone would let 0.003 ms stand.
+    # gpu/split_side_stream as an H100 measured it under --timing device (eighteenth session):
+    # 16 pieces on an unjoined stream, 224.6 us of GPU work, timed at 0.0518 ms; a floor at
+    # the longest piece (14.4 us) let that stand (reward 3 where the honest time earns 2).
     flags = []
-    stats = {"median_ms": 0.003, "basis": "stream"}
-    out = ev.kernel_floor(stats, {"longest_us": 2.2, "busy_us": 70.4}, flags)
-    assert out["median_ms"] == pytest.approx(0.0704) and out["basis"] == "kernel-floor"
+    stats = {"median_ms": 0.051808, "basis": "stream+outside"}
+    assert ev.kernel_floor(stats, {"longest_us": 14.432}, flags) is stats
+    out = ev.kernel_floor(stats, {"longest_us": 14.432, "busy_us": 224.578}, flags)
+    assert out["median_ms"] == pytest.approx(0.224578) and out["basis"] == "kernel-floor"
     assert "busy" in flags[0]["message"]
     # An honest multi-kernel call (its span includes the gaps, so above the busy time), and a
     # record whose busy time is bad (the longest activity still holds).
     flags = []
     honest = {"median_ms": 0.075}
     assert ev.kernel_floor(honest, {"longest_us": 30.0, "busy_us": 70.0}, flags) is honest
-    out = ev.kernel_floor(stats, {"longest_us": 56.0, "busy_us": float("nan")}, flags)
+    out = ev.kernel_floor({"median_ms": 0.001}, {"longest_us": 56.0, "busy_us": float("nan")},
+                          flags)
     assert out["median_ms"] == pytest.approx(0.056)
