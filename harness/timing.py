@@ -687,16 +687,12 @@ def busy_time(intervals: Sequence[tuple[float, float]]) -> float:
     union. Activities on one stream run one after another and those on several overlap, so a
     call that ran them all took at least this long, however its work was spread over streams
     or cut into short pieces (the kernel floor, harness/baselines.py)."""
-    total, cur_start, cur_end = 0.0, None, None
-    for start, end in sorted((a, max(a, b)) for a, b in intervals):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        total += cur_end - cur_start
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(intervals):
+        lo = max(start, reach)  # the part of this interval not counted yet starts here
+        if end > lo:
+            total += end - lo
+            reach = end
     return total
 
 
@@ -780,11 +776,11 @@ def launch_evidence(fn, make_inputs, device: torch.device, module: Any,
         return out
     per_name: dict[tuple[str, bool], list[float]] = {}
     out["longest_us"] = 0.0
-    mine = [(start, end) for start, end, _name in acts if call[0] <= start <= call[1]]
-    out["busy_us"] = busy_time(mine)
+    mine: list[tuple[float, float]] = []
     for start, end, name in acts:
         if not call[0] <= start <= call[1]:
             continue
+        mine.append((start, end))
         us = max(0.0, end - start)
         out["longest_us"] = max(out["longest_us"], us)
         inside = any(a <= start <= b for a, b in ext)
@@ -798,6 +794,7 @@ def launch_evidence(fn, make_inputs, device: torch.device, module: Any,
         entry = per_name.setdefault((name, inside), [0.0, 0])
         entry[0] += us
         entry[1] += 1
+    out["busy_us"] = busy_time(mine)
     top = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:10]
     out["top"] = [{"name": name[:200], "in_extension": inside, "us": round(v[0], 3),
                    "count": int(v[1])} for (name, inside), v in top]

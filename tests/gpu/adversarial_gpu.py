@@ -141,6 +141,8 @@ def problems(case: Case, report: dict) -> list[str]:
     """How the report differs from expect.json (empty: as expected)."""
     exp = case.expect
     reward = reward_of(report)
+    h = report.get("harness") or {}
+    cand = (h.get("timing") or {}).get("candidate") or {}
     why = []
     if "reward" in exp and reward != exp["reward"]:
         why.append(f"reward {reward}, expected {exp['reward']}")
@@ -155,7 +157,6 @@ def problems(case: Case, report: dict) -> list[str]:
     if "contains" in exp and exp["contains"] not in (report.get("message") or ""):
         why.append(f"message lacks {exp['contains']!r}")
     if "basis" in exp:
-        cand = (((report.get("harness") or {}).get("timing") or {}).get("candidate") or {})
         want = exp["basis"] if isinstance(exp["basis"], list) else [exp["basis"]]
         if cand.get("basis") not in want:
             why.append(f"candidate timing basis {cand.get('basis')!r}, expected one of {want}"
@@ -163,8 +164,6 @@ def problems(case: Case, report: dict) -> list[str]:
     if "timed_at_least_work" in exp:
         # The candidate's time against the GPU time of all its profiled activities (their sum:
         # for a case whose work runs on one stream, the least time a call can take).
-        h = report.get("harness") or {}
-        cand = ((h.get("timing") or {}).get("candidate") or {})
         work = ((h.get("verification") or {}).get("launches") or {}).get("total_us")
         med = cand.get("median_ms")
         if not isinstance(work, (int, float)) or not isinstance(med, (int, float)):
