@@ -7,9 +7,11 @@ candidate's current stream synchronises with the legacy default stream), side st
 back and graphs captured on them are timed on every stream, and names shared with torch
 operators or libc calls are notes. The zero-filled output is refused under the cuda-agent rules
 by the symbol its object imports. Skipped, with the reason, without torch, a CUDA device, nvcc
-or the binary.
+or the binary. CA_ADV_TIMING (events, kernel or device) sets every evaluation's --timing, as
+for the adversarial suite (tests/gpu/test_adversarial.py); default the evaluator's.
 """
 import json
+import os
 
 import pytest
 
@@ -25,6 +27,7 @@ if missing():
 
 LEGIT = ROOT / "tests" / "legit"
 TASK = TASKS / "swish_scale_bias.py"
+TIMING = ["--timing", os.environ["CA_ADV_TIMING"]] if os.environ.get("CA_ADV_TIMING") else []
 CASES = [("name_collisions", "cuda-agent"), ("name_collisions", "kernelbench"),
          ("side_stream_graph", "cuda-agent"), ("side_stream_graph", "kernelbench"),
          ("zeros_default_stream", "kernelbench")]
@@ -38,7 +41,7 @@ def cache(gpu_cache):
 
 @pytest.mark.parametrize("name,rules", CASES, ids=[f"{n}-{r}" for n, r in CASES])
 def test_legit_candidate_passes(cache, name, rules):
-    rc, report = ca_cli.evaluate(["--rules", rules, "--task", TASK, "--kernelbench-file",
+    rc, report = ca_cli.evaluate(["--rules", rules, *TIMING, "--task", TASK, "--kernelbench-file",
                                   LEGIT / (name + ".py")], cache)
     detail = json.dumps({k: report.get(k) for k in ("stage", "message", "reward", "rules")},
                         indent=1)
@@ -51,6 +54,13 @@ def test_legit_candidate_passes(cache, name, rules):
     # The candidate's kernels did the work (launch evidence), on whatever stream they ran.
     launches = report["harness"]["verification"].get("launches") or {}
     assert launches.get("extension_kernels", 0) >= 1, json.dumps(launches)
+    # An honest forward is timed as measured: the kernel floor (the GPU's busy time with the
+    # forward's own work) never replaces its time.
+    cand = report["harness"]["timing"]["candidate"]
+    assert cand.get("basis") != "kernel-floor", json.dumps({"candidate": cand,
+                                                            "launches": launches})
+    assert not [f for f in report["harness"].get("flags") or []
+                if f.get("kind") == "timing_below_kernel"], json.dumps(report["harness"]["flags"])
 
 
 def test_zeros_output_is_refused_by_its_symbol_under_cuda_agent_rules(cache):
