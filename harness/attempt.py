@@ -366,6 +366,11 @@ class Attempt:
         refs = self.refs = References(plan, self.model, self.extra_models, self.model64,
                                       self.why64_model, device)
         ses.sets, ses.post = sets, post
+        # The timed-call check (session.on_timed_check) makes one more reference, of set 0's
+        # shape, after the timing: not for a stateful forward (its output depends on every
+        # call before) nor under a lazy plan (set 0 is not kept, memory is short).
+        timed_check = post is not None and not plan.lazy and not result["verification"]["state"]
+        ses.check_model = self.model if timed_check else None
         ses.prepare = refs.prepare if chunked else (lambda s: None)
         ses.restore = refs.restore
         first_group = len(sets) if not ses.chunk_starts else ses.chunk_starts[0]
@@ -390,6 +395,7 @@ class Attempt:
             "sets": [{"inputs": s.slots, "outputs": s.out_slots, "model": s.model_index,
                       "may_refuse": s.may_refuse} for s in all_sets],
             "post_timing_set": post.index if post is not None else None,
+            "timed_check": timed_check,
             "precision": opts.precision,
             "poison_bytes": out_bytes,
             "poison": plan.poison,

@@ -63,6 +63,7 @@ import ctypes  # noqa: E402
 import faulthandler  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
+import random  # noqa: E402
 import socket  # noqa: E402
 import traceback  # noqa: E402
 from typing import Any  # noqa: E402
@@ -91,6 +92,33 @@ class Channel:
         while view:
             n = _os_write(self.fd, view)
             view = view[n:]
+
+
+class TimedSample:
+    """One timed call chosen uniformly at random among all of them (a reservoir of one, drawn
+    from the system's randomness: nothing in this process can know which call it will be),
+    kept as a copy of its outputs with its inputs' index k (timing.varied_inputs), for the
+    timed-call check."""
+
+    def __init__(self, rng: Any = None):
+        self.rng = rng if rng is not None else random.SystemRandom()
+        self.seen = 0
+        self.k: int | None = None
+        self.leaves: list[Any] | None = None
+        self.error: str | None = None
+
+    def offer(self, k: int, out: Any) -> None:
+        self.seen += 1
+        if self.rng.randrange(self.seen):
+            return
+        self.k = k
+        try:
+            leaves = hu.flatten_outputs(out)
+        except TypeError as exc:
+            self.leaves, self.error = None, str(exc)
+            return
+        self.error = None
+        self.leaves = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in leaves]
 
 
 class Control:
@@ -606,15 +634,17 @@ class Runner:
         _views, inputs = self.set_inputs(int(t.get("set", 0)))
         model = self.model
 
-        make_fresh = timing.varied_copies(inputs)
         kept = self.timed_inputs
+        made = [0]  # the k of the inputs made last (timing.varied_inputs)
+        sample = TimedSample() if self.job.get("timed_check") else None
 
         def make_inputs() -> list[Any]:
             # The previous call's inputs go first (their memory may be reused, as before); the
             # new ones stay referenced, so that after the loop the last timed call's inputs are
             # alive and the post-timing set can be given at exactly their addresses.
             kept.clear()
-            args = make_fresh()
+            made[0] += 1
+            args = timing.varied_inputs(inputs, made[0])
             kept.extend(args)
             return args
 
@@ -624,10 +654,35 @@ class Runner:
         try:
             stats = timing.measure(forward, make_inputs, self.device,
                                    float(t.get("budget_ms", timing.DEFAULT_BUDGET_MS)),
-                                   t.get("mode", "events"))
+                                   t.get("mode", "events"),
+                                   on_output=None if sample is None
+                                   else lambda out: sample.offer(made[0], out))
         except BaseException as exc:  # noqa: BLE001
             raise _fail_from(exc, "exception", "the forward raised while being timed")
         self.chan.send({"type": "timing", "stats": stats})
+        if sample is not None:
+            self.send_timed_check(sample)
+
+    def send_timed_check(self, sample: TimedSample) -> None:
+        """The timed call the sample chose: its outputs into the post-timing set's output
+        slots (that set runs only later), its k for the evaluator to make the same inputs."""
+        if sample.k is None:
+            self.chan.send({"type": "timed_check", "skipped": "no timed call"})
+            return
+        if sample.leaves is None:
+            raise Failure("output_type", f"in a timed call: {sample.error}")
+        post = int(self.job["post_timing_set"])
+        try:
+            meta = [self.store_output(post, j, x) for j, x in enumerate(sample.leaves)]
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        except Failure:
+            raise
+        except BaseException as exc:  # noqa: BLE001  (copying can surface CUDA errors)
+            raise _fail_from(exc, "exception", "copying a timed call's outputs failed")
+        sample.leaves = None
+        self.chan.send({"type": "timed_check", "k": sample.k, "calls": sample.seen,
+                        "outputs": meta})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,12 +17,13 @@ import arena as ar
 import candidate_proc as cp
 import memplan
 import quality
+import timing
 from baselines import validate_stats
 from candidate_proc import sanitize_failure
-from compare import check_launches, check_reported, set_label
+from compare import check_launches, check_reported, check_set, set_label
 from evalbase import EvalError, Log
-from inputs import InputSet
-from job import fill_inputs
+from inputs import InputSet, compute_reference
+from job import fill_inputs, received_outputs
 from memplan import candidate_oom_note, oom_within_budget
 
 
@@ -38,6 +39,10 @@ class Session:
         self.sets: list[InputSet] = []
         self.post: InputSet | None = None
         self.post_rec: dict[str, Any] | None = None
+        # The timed-call check (job.json "timed_check"): the model that makes its reference,
+        # and its record once made.
+        self.check_model: torch.nn.Module | None = None
+        self.check_rec: dict[str, Any] | None = None
         self.atol, self.rtol = result["verification"]["atol"], result["verification"]["rtol"]
         # Strict precision fails an output only under the project's rules: KernelBench
         # accepts whatever is inside its tolerances, so there it is measured and flagged.
@@ -94,12 +99,12 @@ class Session:
                 self.cand_stats = validate_stats(msg.get("stats"))
                 if self.cand_stats is not None and load is not None:
                     self.cand_stats["host"] = load
-                if self.post is not None and self.cand_stats is not None:
-                    self.prepare(self.post)  # drawn now where the plan streams the sets
-                    assert self.arena is not None
-                    fill_inputs(self.arena, self.post, self.device)  # unseen till timed
-                    self.drop_if_lazy(self.post)
-                    cand.send("post")
+                if self.check_model is None:
+                    self.send_post()
+            elif mtype == "timed_check" and phase == "timing" and self.check_model is not None \
+                    and self.cand_stats is not None and self.check_rec is None:
+                self.on_timed_check(msg)
+                self.send_post()
             elif mtype == "done" and phase == "timing":
                 self.note_candidate_memory(msg.get("memory"))
                 return "done"
@@ -186,6 +191,58 @@ class Session:
         if self.lazy and s.recipe is not None:
             s.release()
             memplan.trim(self.device)
+
+    def send_post(self) -> None:
+        """The post-timing set into the arena (unseen till the timing is over), then "post"."""
+        if self.post is None or self.cand_stats is None:
+            return
+        assert self.arena is not None and self.cand is not None
+        self.prepare(self.post)  # drawn now where the plan streams the sets
+        fill_inputs(self.arena, self.post, self.device)
+        self.drop_if_lazy(self.post)
+        self.cand.send("post")
+
+    def on_timed_check(self, msg: dict[str, Any]) -> None:
+        """One timed call, chosen at random by the candidate process once the timing was over
+        (candidate.TimedSample): its outputs, in the post-timing set's output slots, against
+        the reference's on the same inputs (set 0 varied as that call's were,
+        timing.varied_inputs). A forward that computes something else while it is timed (it
+        knows the timed calls by their rhythm, by the lead kernel before them, or because it
+        reads its inputs before they are made) fails here."""
+        post, s0 = self.post, self.sets[0]
+        assert post is not None and self.arena is not None and self.check_model is not None
+        if "skipped" in msg:
+            self.check_rec = {"skipped": str(msg.get("skipped"))[:200]}
+            self.result["verification"]["timed_check"] = self.check_rec
+            return
+        k, calls = msg.get("k"), msg.get("calls")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1 << 31 or \
+                not isinstance(calls, int) or isinstance(calls, bool) or calls < 1:
+            raise EvalError("protocol", "the candidate reported a timed call without a valid "
+                                        "index", stage="timing")
+        if s0.orig is None:  # a plan that keeps set 0 nowhere (attempt.py does not ask then)
+            raise EvalError("harness", "set 0 is not resident for the timed-call check",
+                            stage="timing")
+        chk = InputSet(-2, "timed-call", timing.varied_inputs(s0.orig, k), self.device)
+        chk.out_slots = post.out_slots
+        chk.enforce_precision = False  # the check is of the values; precision is set 0's
+        try:
+            compute_reference(self.check_model, chk, self.device)
+            self.check_rec = check_set(chk, msg.get("outputs"),
+                                       received_outputs(self.arena, chk, msg.get("outputs")),
+                                       chk.orig, self.device, self.atol, self.rtol,
+                                       self.precision)
+        except EvalError as e:
+            e.message = (f"in a timed call (one of {calls}, chosen at random once the timing "
+                         "was over; its inputs are set 0 varied as that call's were), the "
+                         "outputs do not match the reference's (does the forward compute "
+                         "something else while it is being timed?): " + e.message)
+            e.stage = "timing"
+            raise
+        finally:
+            chk.orig, chk.ref = None, []
+        self.check_rec.update(call_k=k, calls=calls)
+        self.result["verification"]["timed_check"] = self.check_rec
 
     def on_post(self, msg: dict[str, Any]) -> None:
         """The forward after timing, on a set it has not seen: the same checks."""

@@ -40,12 +40,13 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
        reported;
      CPU ("wall"): time.perf_counter() around fn(*inputs);
    With timing="device" (CUDA only; issue 21) each timed call is preceded on its stream by a
-   spin kernel (the "lead") longer than the host takes to issue the call's work: 1.5 times
-   the 90th percentile of the warm-up's host-side call times, plus 0.05 ms, at most 20 ms.
-   The start event then fires only once the call's work is queued behind it, so the stream
-   time is the device's time for the call's work, with the host's launch overhead and any
-   preemption of the host during the call hidden (a call that synchronises with the device
-   inside still shows the gaps after it). It measures what the GPU does, which the default
+   spin kernel (the "lead") longer than the host takes to issue the call's work (its inputs,
+   the flush and the call): 1.5 times the 90th percentile of the warm-up's host-side times,
+   plus 0.05 ms, at most 20 ms. The call's inputs are made behind the lead, so nothing that
+   reads their values can run before it ends. The start event then fires only once the
+   call's work is queued behind it, so the stream time is the device's time for the call's
+   work, with the host's launch overhead and any preemption of the host during the call
+   hidden (a call that synchronises with the device inside still shows the gaps after it). It measures what the GPU does, which the default
    method does not separate from the host's work: for small, launch-bound forwards and for
    torch.compile's host-side guards the two differ. The lead is not counted; each timed call
    costs it in wall time. `lead_ms`, `host_median_ms` and `lead_short_fraction` (the share of
@@ -104,7 +105,9 @@ else:  # a CPU-only build of PyTorch
 # the work outside it, not the device end's time.
 # 3: the host's latency probed with a kernel as long as the call. 4: inputs varied per call
 # (varied_copies). 5: noisy attempts repeated (MAX_ATTEMPTS), the least spread kept.
-METHOD_VERSION = 5
+# 6: timing="device" makes each call's inputs behind the lead, and sizes the lead by the host's
+# whole issue (inputs, flush, call).
+METHOD_VERSION = 6
 DEFAULT_BUDGET_MS = 2000.0
 MIN_REPS = 10
 MAX_REPS = 600
@@ -178,9 +181,16 @@ def varied_copies(inputs: Sequence[Any]) -> Callable[[], list[Any]]:
 
     def make_inputs() -> list[Any]:
         state["k"] += 1
-        return [_varied_copy(x, state["k"]) for x in inputs]
+        return varied_inputs(inputs, state["k"])
 
     return make_inputs
+
+
+def varied_inputs(inputs: Sequence[Any], k: int) -> list[Any]:
+    """The inputs of varied_copies()'s call k (1, 2, ...): the same values wherever they are
+    made from the same inputs, so the evaluator can compute the reference of any timed call
+    (the timed-call check, harness/session.py)."""
+    return [_varied_copy(x, k) for x in inputs]
 
 
 def _varied_copy(x: Any, k: int) -> Any:
@@ -270,7 +280,8 @@ def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
             device: torch.device | str, budget_ms: float = DEFAULT_BUDGET_MS,
             timing: str = "events", *, min_reps: int = MIN_REPS, max_reps: int = MAX_REPS,
             min_warmup: int = MIN_WARMUP, warmup_fraction: float = WARMUP_FRACTION,
-            max_attempts: int | None = None) -> dict[str, Any]:
+            max_attempts: int | None = None,
+            on_output: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """Times fn(*make_inputs()) as described in the module docstring.
 
     Returns summarize()'s fields for the primary method plus: method ("events" on CUDA,
@@ -283,7 +294,9 @@ def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
       attempt kept; null fields where /proc cannot say), noise (noise_reasons of it), noisy,
       attempt (its index), attempts ([{"median_ms", "cv", "iqr_rel", "n", "warmup_n",
       "runq_wait_fraction", "noise"}] of every attempt, in order). max_attempts: None is
-      MAX_ATTEMPTS on CUDA, CPU_MAX_ATTEMPTS on the CPU.
+      MAX_ATTEMPTS on CUDA, CPU_MAX_ATTEMPTS on the CPU. on_output, when given, is called with
+      what fn returned in each timed call (not the warm-up's, of every attempt), once the
+      call's end is recorded (the candidate's timed-call check, harness/candidate.py).
     """
     device = resolve_device(device)
     if timing not in TIMING_MODES:
@@ -298,12 +311,12 @@ def measure(fn: Callable[..., Any], make_inputs: Callable[[], Sequence[Any]],
             if is_cuda:
                 result = _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps,
                                               max_reps, min_warmup, warmup_fraction,
-                                              lead=timing == "device")
+                                              lead=timing == "device", on_output=on_output)
                 if timing == "kernel":
                     result = _add_kernel_timing(result, fn, make_inputs, device)
             else:
                 result = _measure_cpu(fn, make_inputs, budget_ms, min_reps, max_reps,
-                                      min_warmup, warmup_fraction)
+                                      min_warmup, warmup_fraction, on_output)
                 if timing in ("kernel", "device"):
                     result["note"] = f"{timing} timing needs CUDA; wall-clock time reported"
         return result
@@ -435,47 +448,58 @@ def _warm_up(one_iteration: Callable[[], Any], budget_ms: float, min_warmup: int
 
 
 def _measure_cpu(fn, make_inputs, budget_ms, min_reps, max_reps, min_warmup,
-                 warmup_fraction) -> dict[str, Any]:
-    def one() -> float:
+                 warmup_fraction, on_output=None) -> dict[str, Any]:
+    def one(timed: bool = False) -> float:
         args = make_inputs()
         t0 = _perf_counter()
-        fn(*args)
-        return (_perf_counter() - t0) * 1e3
+        out = fn(*args)
+        ms = (_perf_counter() - t0) * 1e3
+        if timed and on_output is not None:
+            on_output(out)
+        return ms
 
     t_begin = _perf_counter()
     costs, _ = _warm_up(one, budget_ms, min_warmup, warmup_fraction)
     spent = (_perf_counter() - t_begin) * 1e3
     reps = _repeat_count(budget_ms, spent, costs, min_reps, max_reps)
-    times = [one() for _ in range(reps)]
+    times = [one(timed=True) for _ in range(reps)]
     out = summarize(times)
     out.update({"method": "wall", "warmup_n": len(costs)})
     return out
 
 
 def _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps, max_reps, min_warmup,
-                         warmup_fraction, lead: bool = False) -> dict[str, Any]:
+                         warmup_fraction, lead: bool = False,
+                         on_output: Callable[[Any], None] | None = None) -> dict[str, Any]:
     flush = L2Flusher(device)
     start = _Event(enable_timing=True)
     end_stream = _Event(enable_timing=True)
     end_all = _Event(enable_timing=True)
-    host: list[float] = []  # the host side of each call of fn, ms
+    host: list[float] = []  # the host side of each call of fn (its inputs, flush, call), ms
     lead_cycles = 0  # set after the warm-up when lead (timing="device")
 
-    def one(call: Callable[..., Any] = fn, fresh: bool = True) -> tuple[float, float]:
-        args = make_inputs() if fresh else ()
-        flush()
+    def one(call: Callable[..., Any] = fn, fresh: bool = True,
+            timed: bool = False) -> tuple[float, float]:
         stream = _current_stream(device)
         if lead_cycles and call is fn:
+            # The lead goes first: the call's inputs are made behind it, so nothing that
+            # depends on their values (work on another stream, the host reading them) can
+            # start before it ends and the timed region opens.
             _spin(lead_cycles)
-        _event_record(start, stream)
         h0 = _perf_counter()
-        call(*args)
+        args = make_inputs() if fresh else ()
+        flush()
+        _event_record(start, stream)
+        out = call(*args)
         if call is fn:
             host.append((_perf_counter() - h0) * 1e3)
         _event_record(end_stream, stream)
         _synchronize(device)
         _event_record(end_all, stream)
         _synchronize(device)
+        if timed and on_output is not None:
+            on_output(out)  # after the call's end is recorded: outside the timed region
+        del out
         return _event_elapsed(start, end_all), _event_elapsed(start, end_stream)
 
     _synchronize(device)
@@ -498,7 +522,7 @@ def _measure_cuda_events(fn, make_inputs, device, budget_ms, min_reps, max_reps,
     stream_times: list[float] = []
     probe: list[tuple[float, float]] = []
     for i in range(reps):
-        t_all, t_stream = one()
+        t_all, t_stream = one(timed=True)
         all_times.append(t_all)
         stream_times.append(t_stream)
         if (i + 1) % every == 0 and len(probe) < n_probes:

@@ -662,7 +662,8 @@ def test_candidate_without_its_job_descriptor_fails_cleanly(tmp_path):
 
 def test_candidate_that_changes_once_timed_fails(tmp_path):
     # Correct on the 8 verified sets (5 random, adversarial, value-stress, a derived shape),
-    # then cheap zeros: the timing runs would reward it, so a fresh set is checked after timing.
+    # then cheap zeros: the timing runs would reward it, so one timed call, chosen at random
+    # once they are over, is checked against the reference on its own inputs.
     ext = EXT + textwrap.dedent("""
         _calls = [0]
 
@@ -676,7 +677,7 @@ def test_candidate_that_changes_once_timed_fails(tmp_path):
     run = evaluate(tmp_path, ext=ext, new=model_new(
         "return cuda_extension.affine_counting(x, self.weight, self.bias, self.scale)"))
     assert_failed(run, "mismatch", stage="timing")
-    assert "after timing" in run.failure["message"]
+    assert "in a timed call" in run.failure["message"], run.failure
     assert run.result["timing"] is None
 
 
@@ -686,6 +687,61 @@ def test_post_timing_check_is_recorded(tmp_path):
     post = run.result["verification"]["post_timing"]
     assert post["ok"] is True
     assert len(run.result["verification"]["sets"]) == 8  # the post-timing set is not one of them
+    # The timed-call check: one of the timed calls (never a warm-up call), its outputs compared.
+    chk = run.result["verification"]["timed_check"]
+    cand = run.result["timing"]["candidate"]
+    assert chk["ok"] is True and chk["kind"] == "timed-call", chk
+    assert chk["calls"] == cand["n"], (chk, cand)
+    assert cand["warmup_n"] < chk["call_k"] <= cand["warmup_n"] + cand["n"], (chk, cand)
+
+
+def test_timed_call_check_is_left_out_for_a_stateful_forward(tmp_path):
+    # Each call's output depends on the calls before: no reference for one timed call alone.
+    ref = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.hidden = torch.zeros(1)
+
+            def forward(self, x):
+                self.hidden = self.hidden + 1.0
+                return x * 2.0
+
+
+        def get_inputs():
+            return [torch.randn(8, 4)]
+
+
+        def get_init_inputs():
+            return []
+        """)
+    ext = textwrap.dedent("""
+        def twice(x):
+            return x * 2.0
+        """)
+    new = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+        import cuda_extension
+
+
+        class ModelNew(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.hidden = torch.zeros(1)
+
+            def forward(self, x):
+                self.hidden = self.hidden + 1.0
+                return cuda_extension.twice(x)
+        """)
+    run = evaluate(tmp_path, task=ref, ext=ext, new=new)
+    assert run.rc == 0, run
+    assert run.result["verification"]["state"], run.result["verification"]
+    assert "timed_check" not in run.result["verification"]
 
 
 def test_post_timing_inputs_reach_the_arena_only_after_timing(tmp_path):

@@ -172,3 +172,55 @@ def test_kernel_floor_counts_work_cut_into_short_pieces():
     out = ev.kernel_floor({"median_ms": 0.001}, {"longest_us": 56.0, "busy_us": float("nan")},
                           flags)
     assert out["median_ms"] == pytest.approx(0.056)
+
+
+def test_on_output_sees_every_timed_call_and_no_warm_up_call():
+    made = [0]
+    outs = []
+
+    def make():
+        made[0] += 1
+        return [torch.full((2,), float(made[0]))]
+
+    stats = timing.measure(lambda x: x * 2, make, "cpu", budget_ms=30, max_attempts=1,
+                           on_output=outs.append)
+    assert len(outs) == stats["n"] and made[0] == stats["n"] + stats["warmup_n"]
+    # Each is its own call's output (the inputs of call k hold k), the timed calls in order.
+    firsts = [float(o[0]) / 2 for o in outs]
+    assert firsts == [float(k) for k in range(stats["warmup_n"] + 1, made[0] + 1)]
+
+
+def test_varied_inputs_are_the_calls_inputs_wherever_they_are_made():
+    x = torch.randn(16, 5)
+    make = timing.varied_copies([x, 3])
+    for k in range(1, 40):
+        a, n = make()
+        b, m = timing.varied_inputs([x.clone(), 3], k)
+        assert torch.equal(a, b) and n == m == 3
+
+
+def test_timed_sample_keeps_a_copy_of_one_call_chosen_uniformly():
+    import random
+    import candidate  # harness/candidate.py (its TimedSample)
+
+    counts = [0] * 10
+    rng = random.Random(5)
+    for _ in range(3000):
+        sample = candidate.TimedSample(rng)
+        for k in range(1, 11):
+            sample.offer(k, (torch.full((3,), float(k)), 7))
+        counts[sample.k - 1] += 1
+        assert sample.seen == 10 and sample.leaves[1] == 7
+        assert float(sample.leaves[0][0]) == float(sample.k)  # its own call's outputs
+    assert min(counts) > 230 and max(counts) < 370, counts  # 300 each, uniformly
+
+    # A copy: the forward may write into the same buffer on its next call.
+    buf = torch.zeros(4)
+    sample = candidate.TimedSample(random.Random(1))
+    sample.offer(1, buf)
+    buf.fill_(9.0)
+    assert float(sample.leaves[0].sum()) == 0.0
+    # An output that is not tensors or numbers: kept as the reason, reported as a failure.
+    sample = candidate.TimedSample(random.Random(1))
+    sample.offer(1, object())
+    assert sample.k == 1 and sample.leaves is None and sample.error
