@@ -496,7 +496,8 @@ class Attempt:
         memplan.phase_mark(device, "baselines")
         result["timing"], flags = timing_section(opts, self.dev, set0, self.state_bytes,
                                                  ses.cand_stats, base, cached,
-                                                 result["verification"].get("launches"))
+                                                 result["verification"].get("launches"),
+                                                 ses.cand_busy_us)
         result["flags"] += flags
         noisy = quality.noise_flag(result["timing"])
         if noisy is not None:

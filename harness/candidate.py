@@ -26,9 +26,10 @@ reports the refusal and goes on with the next set. It never sees the reference o
 the seeds. When job.json lists chunk_starts (a memory plan that streams the sets through
 the arena), it waits for a line "next" on stdin before each of those sets. After all sets it
 waits for one more line on stdin: "time" (measure the forward on
-input set 0 with timing.measure and report; then, on a further line "post", run the
-post-timing input set, written to the arena only then, and report it like a verified one) or
-anything else (stop).
+input set 0 with timing.measure and report, with the kernel floor's busy time profiled right
+after on CUDA; where job.json asks for the timed-call check, report one timed call chosen at
+random (TimedSample); then, on a further line "post", run the post-timing input set, written to
+the arena only then, and report it like a verified one) or anything else (stop).
 
 Messages go to the trusted side as JSON lines on fd N (see docs/internals/harness.md):
   {"type": "ready", "lockdown": bool}                 (before reading the job)
@@ -37,7 +38,10 @@ Messages go to the trusted side as JSON lines on fd N (see docs/internals/harnes
   {"type": "set", "index": i, "refused": MESSAGE}     (the forward raised on a may_refuse set)
   {"type": "launches", "evidence": {...}}             (CUDA only, before "verified")
   {"type": "verified"}
-  {"type": "timing", "stats": {...}}
+  {"type": "timing", "stats": {...}, "busy_us": US}  (busy_us: CUDA, timing.busy_floor)
+  {"type": "timed_check", "k": K, "calls": N, "outputs": [META...]}  (job.json timed_check:
+      one timed call chosen at random, its outputs in the post-timing set's output slots; or
+      {"type": "timed_check", "skipped": WHY})
   {"type": "failure", "kind": K, "message": M, "details": {...}}
   {"type": "done"}
 Exit status: 0 after "done" (or a "stop"), 1 after a "failure", 2 on bad arguments.
@@ -659,7 +663,14 @@ class Runner:
                                    else lambda out: sample.offer(made[0], out))
         except BaseException as exc:  # noqa: BLE001
             raise _fail_from(exc, "exception", "the forward raised while being timed")
-        self.chan.send({"type": "timing", "stats": stats})
+        msg: dict[str, Any] = {"type": "timing", "stats": stats}
+        if self.device.type == "cuda":
+            # The kernel floor's busy time, while the GPU is as the timed calls left it.
+            try:
+                msg["busy_us"] = timing.busy_floor(forward, make_inputs, self.device)
+            except Exception as exc:  # noqa: BLE001  (the launch evidence's floor applies)
+                msg["busy_error"] = hu.cap(f"{type(exc).__name__}: {exc}", 300)
+        self.chan.send(msg)
         if sample is not None:
             self.send_timed_check(sample)
 

@@ -45,8 +45,8 @@ from compare import (  # noqa: E402
     MIN_EXTENSION_SHARE, PRECISION_FACTOR, PRECISION_REL_FLOOR_EPS, check_launches, check_set,
     compare_tensor, first_true, precision_record, refused_record, unravel)
 from baselines import (  # noqa: E402
-    baseline_cache_path, count_flops, device_info, kernel_floor, measure_baselines,
-    speed_of_light, validate_stats)
+    baseline_cache_path, count_flops, device_info, floor_evidence, kernel_floor,
+    measure_baselines, speed_of_light, validate_stats)
 from memplan import candidate_oom_note, oom_request_bytes, oom_within_budget  # noqa: E402
 from candidate_proc import sanitize_failure  # noqa: E402
 
@@ -59,7 +59,7 @@ __all__ = ['build_parser', 'run', 'main', 'evaluate', 'ar', 'cp', 'EvalError', '
            'smaller_odd', 'MIN_EXTENSION_SHARE', 'PRECISION_FACTOR', 'PRECISION_REL_FLOOR_EPS',
            'check_launches', 'check_set', 'compare_tensor', 'first_true', 'precision_record',
            'refused_record', 'unravel', 'baseline_cache_path', 'count_flops', 'device_info',
-           'kernel_floor', 'measure_baselines', 'speed_of_light', 'validate_stats',
+           'floor_evidence', 'kernel_floor', 'measure_baselines', 'speed_of_light', 'validate_stats',
            'candidate_oom_note', 'oom_request_bytes', 'oom_within_budget', 'sanitize_failure']
 
 import argparse  # noqa: E402

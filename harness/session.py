@@ -8,6 +8,7 @@ process ended. attempt.py builds a Session and drives it phase by phase.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from typing import Any, Callable
 
@@ -55,6 +56,8 @@ class Session:
         self.lazy = False  # memplan.Plan.lazy (set 0 then in the first group's slots too)
         self.streamed: set[int] = set()  # indices of the sets drawn a group at a time
         self.cand_stats: dict[str, Any] | None = None
+        # The kernel floor's busy time, profiled after the timing loop (timing.busy_floor).
+        self.cand_busy_us: float | None = None
         self.cand_window: quality.Window | None = None  # the host's load while timed
         self.candidate_failure: dict[str, Any] | None = None
         self.stage = "verify"
@@ -97,6 +100,10 @@ class Session:
             elif mtype == "timing" and phase == "timing":
                 load = self.cand_window.close() if self.cand_window is not None else None
                 self.cand_stats = validate_stats(msg.get("stats"))
+                busy = msg.get("busy_us")
+                if isinstance(busy, (int, float)) and not isinstance(busy, bool) and \
+                        math.isfinite(busy) and busy > 0:
+                    self.cand_busy_us = float(busy)
                 if self.cand_stats is not None and load is not None:
                     self.cand_stats["host"] = load
                 if self.check_model is None:

@@ -146,6 +146,11 @@ def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
         assert 0 < t[subject]["sync_overhead_ms"] < t[subject]["median_ms"]
         # Nothing runs outside the current stream: the probe's gap matches the call's.
         assert t[subject]["basis"] == "stream", (subject, t[subject])
+    # The kernel floor rests on the busy time profiled after the timing loop, which an
+    # honest solution's timed calls are not below (the timed-call check passed too).
+    assert t["floor"]["source"] == "after_timing" and t["floor"]["busy_us"] > 0, t["floor"]
+    assert t["candidate"]["median_ms"] >= 0.9 * t["floor"]["busy_us"] / 1000, t
+    assert v["timed_check"]["ok"] is True, v["timed_check"]
     # On CUDA the torch.compile baseline must run (the reward's second threshold rests on it).
     assert "error" not in t["compile"] and t["compile"]["n"] >= 10, first
     assert t["speedup_vs_eager"] > 0
