@@ -56,13 +56,13 @@ def _positive(v: Any) -> bool:
 def kernel_floor(stats: dict[str, Any], ev: Any, flags: list[dict[str, Any]]) -> dict[str, Any]:
     """A call cannot take less time than the GPU was busy with the work it launched: ev's
     profiled forward, its activities on every stream, overlaps counted once (`busy_us`; a
-    record without it: the longest activity, `longest_us`). ev is floor_evidence()'s. Work on a stream that
-    is not ordered with the current one can overlap the L2 flush and input copies queued before
-    the timed region (or, under timing="device", the lead), so the events miss it (seen on the
-    H200: a kernel on an unsynchronised side stream timed at 1/200 of its own duration); cut
-    into many short kernels, it would slip under a floor of the longest one. When the events'
-    median is below KERNEL_FLOOR_SHARE of that busy time, the busy time is the time (basis
-    "kernel-floor", the events' median kept), with a flag."""
+    record without it: the longest activity, `longest_us`); ev is floor_evidence()'s. Work on
+    a stream that is not ordered with the current one can overlap the L2 flush and input
+    copies queued before the timed region (or, under timing="device", the lead), so the
+    events miss it (seen on the H200: a kernel on an unsynchronised side stream timed at 1/200
+    of its own duration); cut into many short kernels, it would slip under a floor of the
+    longest one. When the events' median is below KERNEL_FLOOR_SHARE of that busy time, the
+    busy time is the time (basis "kernel-floor", the events' median kept), with a flag."""
     if not isinstance(ev, dict):
         return stats
     med = stats.get("median_ms")
@@ -81,13 +81,12 @@ def kernel_floor(stats: dict[str, Any], ev: Any, flags: list[dict[str, Any]]) ->
     return dict(stats, median_ms=floor_ms, events_median_ms=med, basis="kernel-floor")
 
 
-def floor_evidence(busy_after: float | None, launches: Any) -> Any:
+def floor_evidence(busy_after: Any, launches: Any) -> Any:
     """What the kernel floor rests on: the busy time profiled right after the timing loop
     (timing.busy_floor: the GPU as the timed calls left it) where the candidate reported one,
     else the launch evidence's forward, profiled once during verification (on the leaderboard's
     real solutions up to twice the timed calls' time: the GPU's clocks not yet up)."""
-    if isinstance(busy_after, (int, float)) and not isinstance(busy_after, bool) and \
-            math.isfinite(busy_after) and busy_after > 0:
+    if _positive(busy_after):
         return {"busy_us": float(busy_after), "source": "after_timing"}
     if isinstance(launches, dict):
         return dict(launches, source="launch_evidence")
@@ -311,7 +310,7 @@ def validate_stats(stats: Any) -> dict[str, Any] | None:
 def timing_section(opts: argparse.Namespace, dev: dict[str, Any], s0: InputSet,
                    state_bytes: int, cand_stats: dict[str, Any], base: dict[str, Any],
                    cached: bool, launches: Any,
-                   busy_after: float | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                   busy_after: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The result's timing section and its flags (kernel floor, speed of light)."""
     flags: list[dict[str, Any]] = []
     ev = floor_evidence(busy_after, launches)

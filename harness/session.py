@@ -8,7 +8,6 @@ process ended. attempt.py builds a Session and drives it phase by phase.
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from typing import Any, Callable
 
@@ -56,8 +55,9 @@ class Session:
         self.lazy = False  # memplan.Plan.lazy (set 0 then in the first group's slots too)
         self.streamed: set[int] = set()  # indices of the sets drawn a group at a time
         self.cand_stats: dict[str, Any] | None = None
-        # The kernel floor's busy time, profiled after the timing loop (timing.busy_floor).
-        self.cand_busy_us: float | None = None
+        # The kernel floor's busy time, profiled after the timing loop (timing.busy_floor), as
+        # the candidate reported it.
+        self.cand_busy_us: Any = None
         self.cand_window: quality.Window | None = None  # the host's load while timed
         self.candidate_failure: dict[str, Any] | None = None
         self.stage = "verify"
@@ -100,10 +100,7 @@ class Session:
             elif mtype == "timing" and phase == "timing":
                 load = self.cand_window.close() if self.cand_window is not None else None
                 self.cand_stats = validate_stats(msg.get("stats"))
-                busy = msg.get("busy_us")
-                if isinstance(busy, (int, float)) and not isinstance(busy, bool) and \
-                        math.isfinite(busy) and busy > 0:
-                    self.cand_busy_us = float(busy)
+                self.cand_busy_us = msg.get("busy_us")  # checked by baselines.floor_evidence
                 if self.cand_stats is not None and load is not None:
                     self.cand_stats["host"] = load
                 if self.check_model is None:
@@ -230,7 +227,8 @@ class Session:
         if s0.orig is None:  # a plan that keeps set 0 nowhere (attempt.py does not ask then)
             raise EvalError("harness", "set 0 is not resident for the timed-call check",
                             stage="timing")
-        chk = InputSet(-2, "timed-call", timing.varied_inputs(s0.orig, k), self.device)
+        chk = InputSet(-2, "timed-call", None, self.device)
+        chk.orig = timing.varied_inputs(s0.orig, k)  # fresh tensors already: no second copy
         chk.out_slots = post.out_slots
         chk.enforce_precision = False  # the check is of the values; precision is set 0's
         try:

@@ -46,9 +46,10 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
    reads their values can run before it ends. The start event then fires only once the
    call's work is queued behind it, so the stream time is the device's time for the call's
    work, with the host's launch overhead and any preemption of the host during the call
-   hidden (a call that synchronises with the device inside still shows the gaps after it). It measures what the GPU does, which the default
-   method does not separate from the host's work: for small, launch-bound forwards and for
-   torch.compile's host-side guards the two differ. The lead is not counted; each timed call
+   hidden (a call that synchronises with the device inside still shows the gaps after it).
+   It measures what the GPU does, which the default method does not separate from the
+   host's work: for small, launch-bound forwards and for torch.compile's host-side guards
+   the two differ. The lead is not counted; each timed call
    costs it in wall time. `lead_ms`, `host_median_ms` and `lead_short_fraction` (the share of
    calls whose host side outlasted the lead, so that a gap may have entered) are reported,
    and a share over LEAD_SHORT_FRACTION makes the attempt noisy ("lead_short"). Eager,
