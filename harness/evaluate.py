@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--value-stress", type=int, choices=(0, 1), default=1,
                    help="one set with the floating inputs scaled far beyond get_inputs() "
                         "(default 1, 0 = none)")
-    p.add_argument("--timing", choices=timing.TIMING_MODES, default="events")
+    p.add_argument("--timing", choices=timing.TIMING_MODES, default=None,
+                   help="default: device under the cuda-agent rules on CUDA, else events")
     p.add_argument("--precision", choices=("strict", "tf32"), default="strict")
     p.add_argument("--rules", choices=("cuda-agent", "kernelbench"), default="cuda-agent",
                    help="cuda-agent: the extension's kernels carry the forward; kernelbench: "
@@ -220,6 +221,8 @@ def usage_error(opts_out: str | None, message: str) -> int:
 def run(opts: argparse.Namespace) -> int:
     """One evaluation from parsed options: checks them, evaluates, writes --out; the exit
     status of main(). harness/worker.py calls this once per job, with opts.pool set."""
+    if opts.timing is None:
+        opts.timing = timing.default_mode(opts.rules, opts.device)
     if opts.ext_module and os.environ.get(TESTING_ENV) != "1":
         return usage_error(opts.out, f"--ext-module is for tests only and needs {TESTING_ENV}=1;"
                                      " give the built extension with --so")

@@ -141,6 +141,14 @@ LEAD_MIN_MS = 0.05
 LEAD_MAX_MS = 20.0
 LEAD_SHORT_FRACTION = 0.10
 TIMING_MODES = ("events", "kernel", "device")
+
+
+def default_mode(rules: str, device: str) -> str:
+    """The timing method when none is asked for (issue 21; src/eval/eval.c eval_timing):
+    "device" under SKILL.md's rules on CUDA (the GPU's time: rewards that hold while the host
+    is loaded), "events" under KernelBench's rules (a call's wall-clock cost, as KernelBench
+    measures it) and on the CPU (where every method is the wall clock)."""
+    return "events" if rules == "kernelbench" or str(device).startswith("cpu") else "device"
 # varied_copies(): the step of the per-call factor by dtype (other floating dtypes: their eps)
 # and the largest relative change of a value.
 _VARY_STEP = {torch.float64: 2.0 ** -20, torch.float32: 2.0 ** -20}

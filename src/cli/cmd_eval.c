@@ -47,8 +47,9 @@ int cmd_eval(int argc, char **argv)
         {"arch", 0, CLI_OPT_STRING, &o.arch, "SM",
          "target architecture, e.g. sm_90 (default: the GPU's)"},
         {"timing", 0, CLI_OPT_STRING, &o.timing, "events|kernel|device",
-         "CUDA-event wall time (default), summed kernel time, or events with the host's "
-         "launch work hidden behind a lead kernel"},
+         "CUDA-event wall time, summed kernel time, or events with the host's launch work "
+         "hidden behind a lead kernel (default: device; events under --rules kernelbench and "
+         "on the CPU)"},
         {"precision", 0, CLI_OPT_STRING, &o.precision, "strict|tf32",
          "strict fp32 accuracy (default) or allow TF32 (baselines then use TF32 too)"},
         {"rules", 0, CLI_OPT_STRING, &o.rules, "cuda-agent|kernelbench",

@@ -40,6 +40,15 @@ const char *eval_python(void)
     return p && *p ? p : "python3";
 }
 
+const char *eval_timing(const struct eval_opts *o)
+{
+    if (o->timing)
+        return o->timing;
+    bool kernelbench = o->rules && strcmp(o->rules, "kernelbench") == 0;
+    bool cpu = o->device && strcmp(o->device, "cpu") == 0;
+    return kernelbench || cpu ? "events" : "device";
+}
+
 static char self_exe[CA_LIMIT_PATH];
 
 static void find_self_exe(void)
@@ -368,7 +377,7 @@ static int run_harness(const struct eval_opts *o, const char *cache, const char 
     argv[n++] = "--seeds";
     argv[n++] = seeds;
     argv[n++] = "--timing";
-    argv[n++] = o->timing ? o->timing : "events";
+    argv[n++] = eval_timing(o);
     argv[n++] = "--precision";
     argv[n++] = o->precision ? o->precision : "strict";
     argv[n++] = "--rules";

@@ -35,7 +35,8 @@ struct eval_opts {
     const char *kernelbench_file;
     const char *device;        /* "cuda" (default) or "cpu" */
     const char *arch;          /* e.g. "sm_90"; NULL: from the GPU, else sm_90 */
-    const char *timing;        /* "events" (default), "kernel" or "device" (harness/timing.py) */
+    const char *timing;        /* "events", "kernel" or "device" (harness/timing.py); NULL:
+                                * eval_timing's default for the rules and device */
     const char *precision;     /* "strict" (default) or "tf32" */
     const char *rules;         /* "cuda-agent" (default: SKILL.md's rules) or "kernelbench" */
     int seeds;                 /* input sets; 0: 5 */
@@ -69,6 +70,11 @@ bool eval_refusal(int code);
 /* The evaluator's cache root for these options (made 0700), appended to out. */
 int eval_cache_root(const struct eval_opts *opts, struct buf *out,
                     struct ca_err *err) WARN_UNUSED_RESULT;
+/* The timing method these options ask for: opts->timing when set, else the default (issue
+ * 21): "device" for SKILL.md's rules on a GPU (the GPU's time, not the host's: rewards that
+ * hold under load), "events" for KernelBench's rules (the wall-clock cost of a call, as
+ * KernelBench measures it) and on the CPU (where both are the wall clock). */
+const char *eval_timing(const struct eval_opts *opts);
 /* The Python interpreter with PyTorch: $CUDA_AGENT_PYTHON, else python3. */
 const char *eval_python(void);
 /* This program, whose `candidate-sandbox` command the harness runs every candidate in

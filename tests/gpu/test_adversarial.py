@@ -16,7 +16,8 @@ skipped with the reason otherwise. Settings (environment):
   CA_ADV_JOBS        evaluations in flight at once (default 4)
   CA_ADV_BUDGET_MS   timing budget per timed function (default 500)
   CA_ADV_TIMING      every evaluation's --timing (events, kernel or device; default: the
-                     evaluator's, events), to check the defences under another timing method
+                     evaluator's, device under the cuda-agent rules and events under the
+                     kernelbench rules), to check the defences under another timing method
   CA_ADV_CACHE_DIR   evaluator cache (default: a fresh one for the session; not the CLI tests'
                      cache, whose baselines were timed beside other work)
   CA_ADV_NO_SANDBOX  1: compilers without the sandbox (hosts without user namespaces)

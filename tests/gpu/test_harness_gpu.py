@@ -123,8 +123,11 @@ def check_stats(stats: dict, method: str) -> None:
 @pytest.mark.timing
 @pytest.mark.parametrize("solution", [s.name for s in SOLUTIONS])
 def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
+    # The events method's fields (the default under these rules is device: the same fields
+    # with a lead; test_device_timing_hides_the_hosts_launch_work is its test).
     first = evaluate(tmp_path, solution, built[solution],
-                     args=["--baseline-cache", str(cache_dir)], subprocess_cli=True)
+                     args=["--baseline-cache", str(cache_dir), "--timing", "events"],
+                     subprocess_cli=True)
     assert first.rc == 0, first
     r = first.result
     assert r["ok"] and r["stage"] == "done", first
@@ -165,7 +168,7 @@ def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
             t["sol"]["sol_ms"] / t["candidate"]["median_ms"]), first
     # The same task again: baselines from the cache.
     second = evaluate(tmp_path, solution, built[solution],
-                      args=["--baseline-cache", str(cache_dir)])
+                      args=["--baseline-cache", str(cache_dir), "--timing", "events"])
     assert second.rc == 0 and second.result["timing"]["baseline_cached"] is True, second
     assert second.result["timing"]["eager"] == t["eager"]
 
@@ -294,8 +297,9 @@ def test_fp16_input_passes_in_tf32_mode(tmp_path, built):
 
 @pytest.mark.timing
 def test_side_stream_work_is_counted(tmp_path, built):
-    """A forward that leaves its kernel running on another stream is not timed as free."""
-    plain = evaluate(tmp_path, SWISH, built[SWISH], args=["--no-compile"])
+    """A forward that leaves its kernel running on another stream is not timed as free
+    (the events method's gap between the stream end and the device end)."""
+    plain = evaluate(tmp_path, SWISH, built[SWISH], args=["--no-compile", "--timing", "events"])
     assert plain.rc == 0, plain
     side = swish_variant(
         """
@@ -305,7 +309,8 @@ def test_side_stream_work_is_counted(tmp_path, built):
         return out
         """,
         init="self.side = torch.cuda.Stream()")
-    run = evaluate(tmp_path, SWISH, built[SWISH], new=side, args=["--no-compile"])
+    run = evaluate(tmp_path, SWISH, built[SWISH], new=side,
+                   args=["--no-compile", "--timing", "events"])
     assert run.rc == 0, run  # correct values: the harness synchronises the device
     p = plain.result["timing"]["candidate"]
     s = run.result["timing"]["candidate"]

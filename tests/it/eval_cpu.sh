@@ -44,6 +44,8 @@ run "$CA" eval --device cpu --json "$PWD/good"
 expect "one-shot CPU evaluation passes" 0 '"stage": "done"'
 assert "a reward of at least 1" [ "$(field reward.reward)" -ge 1 ]
 assert "the candidate was timed" [ "$(field harness.timing.candidate.median_ms)" != None ]
+assert "on the CPU the default method is events (the wall clock; no note)" \
+    [ "$(field harness.timing.mode)" = events ]
 # scripts/setup.sh's main job prints this report through scripts/summarize.py.
 cp "$OUT" "$PWD/good.json"
 run "$PY" "$CA_REPO/scripts/summarize.py" "$PWD/good" "$PWD/good.json"

@@ -1,6 +1,6 @@
-"""The scripted model's turns that solve tests/eval/cpu's task (for fake_llm.bash's serve):
-read model_new.py, write the reference solution's kernels and model_new.py, then the Bash
-commands given, then a last message.
+"""The scripted model's turns that write a solution (for fake_llm.bash's serve; tests/eval/cpu's
+for the tests, the examples' for bench/bench_agent.sh): read model_new.py, write every file of
+SOL_DIR/kernels and model_new.py, then the Bash commands given, then a last message.
 
   python3 tests/it/solve_turns.py SOL_DIR [--mark TEXT] [--bash-timeout MS] [--done TEXT]
       [CMD...] > script.json
@@ -38,6 +38,6 @@ print(json.dumps(
     [{"tool_calls": [{"name": "Read", "arguments": {"file_path": "model_new.py"}}]},
      {"tool_calls": [{"name": "Write", "arguments": {"file_path": "kernels/" + f,
                                                      "content": read("kernels/" + f)}}
-                     for f in ("swish_cpu.cu", "swish_cpu_binding.cpp")]
+                     for f in sorted(os.listdir(os.path.join(a.sol, "kernels")))]
       + [{"name": "Write", "arguments": {"file_path": "model_new.py", "content": model_new}}]}]
     + [bash(c) for c in a.cmds] + [{"content": a.done}]))

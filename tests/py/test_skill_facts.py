@@ -18,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "harness"))
 import evaluate as ev  # noqa: E402
 import candidate  # noqa: E402
+import timing  # noqa: E402
 import policy_util  # noqa: E402
 
 SKILL = (ROOT / "template" / "SKILL.md").read_text()
@@ -105,3 +106,21 @@ def test_nested_functions_and_import_allow_list_are_as_skill_md_says(tmp_path):
     for name in ("torch", "torch.nn", "cuda_extension", "math", "typing"):
         assert f"`{name}`" in SKILL
     assert "nested function" in SKILL
+
+
+def test_forwards_are_timed_on_the_gpu_by_default(tmp_path):
+    """SKILL.md: a forward's time is the GPU's (the lead hides the host's launch cost), for the
+    baselines as for the candidate: the default method under SKILL.md's rules on CUDA is
+    `device`; KernelBench's rules keep its own measure, and the CPU has only the wall clock."""
+    assert "**GPU's time**" in SKILL and "spin kernel" in SKILL
+    assert timing.default_mode("cuda-agent", "cuda") == "device"
+    assert timing.default_mode("cuda-agent", "cuda:1") == "device"
+    assert timing.default_mode("kernelbench", "cuda") == "events"
+    assert timing.default_mode("cuda-agent", "cpu") == "events"
+    for argv, want in (([], "device"), (["--rules", "kernelbench"], "events"),
+                       (["--device", "cpu"], "events"), (["--timing", "kernel"], "kernel")):
+        opts = ev.build_parser().parse_args(
+            ["--task", str(tmp_path / "none.py"), "--candidate-dir", str(tmp_path),
+             "--so", str(tmp_path / "x.so"), "--out", str(tmp_path / "out.json"), *argv])
+        assert ev.run(opts) == 2  # no task file: a usage error, after the method is resolved
+        assert opts.timing == want, argv

@@ -118,3 +118,23 @@ TEST(eval_format_shows_the_report)
     buf_release(&b);
     json_decref(j);
 }
+
+TEST(eval_timing_defaults_by_rules_and_device)
+{
+    struct eval_opts o = {0};
+    CHECK_STR(eval_timing(&o), "device"); /* SKILL.md's rules on a GPU: the GPU's time */
+    o.rules = "cuda-agent";
+    o.device = "cuda";
+    CHECK_STR(eval_timing(&o), "device");
+    o.rules = "kernelbench"; /* KernelBench's own measure */
+    CHECK_STR(eval_timing(&o), "events");
+    o.rules = NULL;
+    o.device = "cpu"; /* the wall clock either way, without device timing's note */
+    CHECK_STR(eval_timing(&o), "events");
+    o.timing = "kernel"; /* asked for: kept */
+    CHECK_STR(eval_timing(&o), "kernel");
+    o.rules = "kernelbench";
+    o.device = "cuda";
+    o.timing = "device";
+    CHECK_STR(eval_timing(&o), "device");
+}
