@@ -20,7 +20,7 @@ import quality
 import timing
 from baselines import validate_stats
 from candidate_proc import sanitize_failure
-from compare import check_launches, check_reported, check_set, set_label
+from compare import check_launches, check_reported, check_set, set_label, timed_call_precision
 from evalbase import EvalError, Log
 from inputs import InputSet, compute_reference
 from job import fill_inputs, received_outputs
@@ -230,13 +230,28 @@ class Session:
         chk = InputSet(-2, "timed-call", None, self.device)
         chk.orig = timing.varied_inputs(s0.orig, k)  # fresh tensors already: no second copy
         chk.out_slots = post.out_slots
-        chk.enforce_precision = False  # the check is of the values; precision is set 0's
+        chk.enforce_precision = False  # no float64 reference: timed_call_precision below
         try:
             compute_reference(self.check_model, chk, self.device)
-            self.check_rec = check_set(chk, msg.get("outputs"),
-                                       received_outputs(self.arena, chk, msg.get("outputs")),
-                                       chk.orig, self.device, self.atol, self.rtol,
-                                       self.precision)
+            outs = received_outputs(self.arena, chk, msg.get("outputs"))
+            self.check_rec = check_set(chk, msg.get("outputs"), outs, chk.orig, self.device,
+                                       self.atol, self.rtol, self.precision)
+            set0 = next((r for r in self.result["verification"]["sets"]
+                         if r.get("seed_index") == 0), {})
+            precs = timed_call_precision(outs, chk.ref, set0.get("precision") or [])
+            self.check_rec["precision"] = precs
+            worst = [p for p in precs if not p["ok"]]
+            if worst and self.precision == "strict":
+                p = worst[0]
+                raise EvalError(
+                    "precision",
+                    f"output {p['output']} is inside the tolerance but its RMS error against "
+                    f"the reference on that call's own inputs is {p['candidate_rms_err']:.3g}, "
+                    f"above the {p['threshold']:.3g} that fp32 arithmetic allows (set 0's "
+                    "precision rule): a result computed from other inputs, e.g. cached from "
+                    "an earlier call?", {"set": chk.index, "record": self.check_rec})
+            if worst:
+                self.check_rec["precision_enforced"] = False
         except EvalError as e:
             e.message = (f"in a timed call (one of {calls}, chosen at random once the timing "
                          "was over; its inputs are set 0 varied as that call's were), the "

@@ -16,8 +16,8 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
    excluded, since it may compile) sets the repeat count: what fits in the rest of the budget,
    clamped to [min_reps, max_reps];
 2. the timed loop, per repetition: fresh inputs from make_inputs() (prepared before the timed
-   region; the harness passes varied_copies(), whose floating-point values differ slightly
-   from call to call, so that caching results by content gains nothing), the L2 cache
+   region; the harness passes varied_copies(), whose floating-point values differ by up to
+   1/16 from call to call, so that caching results by content gains nothing), the L2 cache
    flushed by writing a buffer of at least twice its size, then
      CUDA ("events"): start event on the current stream; fn(*inputs); a stream end event;
        a device-wide synchronize(); a device end event; synchronize(). The stream end event
@@ -107,8 +107,9 @@ else:  # a CPU-only build of PyTorch
 # 3: the host's latency probed with a kernel as long as the call. 4: inputs varied per call
 # (varied_copies). 5: noisy attempts repeated (MAX_ATTEMPTS), the least spread kept.
 # 6: timing="device" makes each call's inputs behind the lead, and sizes the lead by the host's
-# whole issue (inputs, flush, call).
-METHOD_VERSION = 6
+# whole issue (inputs, flush, call). 7: each call's factor spread over the whole 1/16
+# (vary_factor), not stepped by 2^-20.
+METHOD_VERSION = 7
 DEFAULT_BUDGET_MS = 2000.0
 MIN_REPS = 10
 MAX_REPS = 600
@@ -149,10 +150,12 @@ def default_mode(rules: str, device: str) -> str:
     is loaded), "events" under KernelBench's rules (a call's wall-clock cost, as KernelBench
     measures it) and on the CPU (where every method is the wall clock)."""
     return "events" if rules == "kernelbench" or str(device).startswith("cpu") else "device"
-# varied_copies(): the step of the per-call factor by dtype (other floating dtypes: their eps)
-# and the largest relative change of a value.
-_VARY_STEP = {torch.float64: 2.0 ** -20, torch.float32: 2.0 ** -20}
+
+
+# varied_copies(): the largest relative change of a value, and the golden ratio's fractional
+# part, which spreads the per-call factors evenly over [1 - _VARY_MAX, 1 + _VARY_MAX].
 _VARY_MAX = 1.0 / 16
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 # Quality (see the module docstring): an attempt is noisy when the spread of its timed calls,
 # (p75 - p25) / median, is over NOISY_IQR_REL, their CV over NOISY_CV (a CV that high means
 # outliers heavy enough to matter even though the median resists them), or the timing thread
@@ -180,14 +183,17 @@ def set_precision(mode: str) -> None:
 
 def varied_copies(inputs: Sequence[Any]) -> Callable[[], list[Any]]:
     """A make_inputs for measure(): each call returns fresh copies of inputs in which every
-    floating-point tensor is scaled by a factor of that call's own, 1 + k * step (k = 1, 2, ...,
-    step a few units in the last place of the dtype; k cycles before any value moves by more
-    than 1/16). No two timed calls then see the same values, so a forward that caches its
-    results by the inputs' content (a hash of all or part of them) pays for its lookup and never
-    hits, while the work, sizes, signs, zeros and non-finite values stay those of the set. The
-    scaled copy costs what a plain copy costs (one read, one write). Integer and boolean
-    tensors are copied as they are, other arguments passed as they are. For float32 and wider,
-    no factor repeats within 65,536 calls; float16 repeats after 64 calls, bfloat16 after 8."""
+    floating-point tensor is scaled by a factor of that call's own (vary_factor(k), k = 1, 2,
+    ...: within 1/16 of 1, spread evenly, never repeating). No two timed calls then see the same
+    values, and no call sees values close to an earlier call's: a forward that caches its
+    results by the inputs' content, exactly (a hash of all or part of them) or approximately
+    (within a tolerance), pays for its lookup and misses, or answers a call with a result that
+    is as far from the call's reference as a 1/16-wide range shared by ~1000 calls puts the
+    nearest earlier call, several times what fp32 arithmetic allows (the timed-call check's
+    precision rule, harness/session.py; adversarial/fuzzy_cache). The work, sizes, signs, zeros
+    and non-finite values stay those of the set. The scaled copy costs what a plain copy costs
+    (one read, one write). Integer and boolean tensors are copied as they are, other arguments
+    passed as they are."""
     state = {"k": 0}
 
     def make_inputs() -> list[Any]:
@@ -195,6 +201,13 @@ def varied_copies(inputs: Sequence[Any]) -> Callable[[], list[Any]]:
         return varied_inputs(inputs, state["k"])
 
     return make_inputs
+
+
+def vary_factor(k: int) -> float:
+    """The factor of varied_copies()'s call k: 1 + (frac(k * golden) - 1/2) * 2 * _VARY_MAX.
+    Consecutive calls' factors differ by 5-8%, and among the first N calls no two lie closer
+    than about 0.38 / N of the range (the three-distance theorem)."""
+    return 1.0 + (math.fmod(k * _GOLDEN, 1.0) - 0.5) * 2.0 * _VARY_MAX
 
 
 def varied_inputs(inputs: Sequence[Any], k: int) -> list[Any]:
@@ -209,10 +222,8 @@ def _varied_copy(x: Any, k: int) -> Any:
         return x
     if not x.is_floating_point():
         return x.clone()
-    step = _VARY_STEP.get(x.dtype, torch.finfo(x.dtype).eps)
-    period = max(1, int(_VARY_MAX / step))
     out = torch.empty_like(x)
-    torch.mul(x, 1.0 + (1 + (k - 1) % period) * step, out=out)
+    torch.mul(x, vary_factor(k), out=out)
     return out
 
 

@@ -120,11 +120,24 @@ def test_varied_copies_give_every_call_values_of_its_own():
         assert (a[0, 0], a[0, 1]) == (0.0, float("inf")) and torch.isnan(a[0, 2])
         assert bool((torch.sign(a[finite]) == torch.sign(x[finite])).all())
         seen.add(a[1:].numpy().tobytes())
-        assert 1.0 < float(h[0]) <= 1.0 + 1 / 16
+        assert 1.0 - 1 / 16 <= float(h[0]) <= 1.0 + 1 / 16
     assert len(seen) == 300  # no two calls saw the same float32 values
-    # float16 has fewer steps: its factors cycle (64 of them), each within 1/16.
+    # float16 rounds the factors to its ~190 values between 15/16 and 17/16.
     h16 = timing.varied_copies([torch.ones(1, dtype=torch.float16)])
-    assert len({float(h16()[0][0]) for _ in range(200)}) == 64
+    assert len({float(h16()[0][0]) for _ in range(200)}) > 100
+
+
+def test_no_call_sees_values_close_to_an_earlier_calls():
+    """The factors of the first 1000 calls: consecutive ones 4.8-7.7% apart, and no two closer
+    than 0.3 / 1000 of the 1/8-wide range, so that a result cached from any earlier call is
+    far from the call's own (adversarial/fuzzy_cache)."""
+    f = [timing.vary_factor(k) for k in range(1, 1001)]
+    assert all(abs(x - 1) <= 1 / 16 for x in f)
+    assert min(abs(a - b) for a, b in zip(f, f[1:])) > 0.047
+    gaps = [b - a for a, b in zip(sorted(f), sorted(f)[1:])]
+    assert min(gaps) > 0.3 / 1000 / 8
+    x = torch.randn(8, 8)
+    assert torch.equal(timing.varied_inputs([x], 7)[0], x * timing.vary_factor(7))
 
 
 def test_kernel_floor_holds_the_time_at_the_longest_activity():
@@ -257,3 +270,31 @@ def test_timed_sample_keeps_a_copy_of_one_call_chosen_uniformly():
     sample = candidate.TimedSample(random.Random(1))
     sample.offer(1, object())
     assert sample.k == 1 and sample.leaves is None and sample.error
+
+
+def test_timed_call_precision_tells_a_stale_result_from_an_honest_one():
+    """The timed-call check's precision rule (compare.timed_call_precision): a result computed
+    from the call's own inputs passes; one computed from inputs 0.25% away (a result cached
+    from a nearby call, inside the tolerance) fails; outputs without a set-0 record are not
+    judged."""
+    import compare  # harness/, on the path through harness_case
+
+    def f(x):
+        return x * torch.sigmoid(x) * 1.5 + 0.1
+
+    x0 = torch.randn(64, 256)
+    ref0, ref0_64 = f(x0), f(x0.double())
+    set0 = [p for p in [compare.precision_record(0, ref0, ref0, ref0_64)] if p]
+    assert set0 and set0[0]["ok"]
+    xk = timing.varied_inputs([x0], 5)[0]
+    ref = f(xk)
+    honest = f(xk.double()).float()  # another fp32 computation of the same inputs
+    stale = f(xk * 1.0025)
+    assert torch.allclose(stale, ref, atol=1e-2, rtol=1e-2)  # the values check lets it pass
+    ok, = compare.timed_call_precision([honest], [ref], set0)
+    bad, = compare.timed_call_precision([stale], [ref], set0)
+    assert ok["ok"] and ok["candidate_rms_err"] < ok["threshold"] / 10, ok
+    assert not bad["ok"] and bad["candidate_rms_err"] > 10 * bad["threshold"], bad
+    assert compare.timed_call_precision([stale], [ref], []) == []
+    assert compare.TIMED_PRECISION_MARGIN * compare.PRECISION_REL_FLOOR_EPS * 2 ** -23 \
+        * bad["scale_rms"] <= bad["threshold"]
