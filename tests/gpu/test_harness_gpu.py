@@ -154,6 +154,11 @@ def test_solution_passes_and_is_timed(tmp_path, built, cache_dir, solution):
     assert t["floor"]["source"] == "after_timing" and t["floor"]["busy_us"] > 0, t["floor"]
     assert t["candidate"]["median_ms"] >= 0.9 * t["floor"]["busy_us"] / 1000, t
     assert v["timed_check"]["ok"] is True, v["timed_check"]
+    # ... and within the precision rule against its own inputs' reference, with room to spare
+    # (an honest forward's error is its verification error, not a stale result's).
+    precs = v["timed_check"]["precision"]
+    assert precs and all(p["ok"] and p["candidate_rms_err"] < 0.5 * p["threshold"]
+                         for p in precs), v["timed_check"]
     # On CUDA the torch.compile baseline must run (the reward's second threshold rests on it).
     assert "error" not in t["compile"] and t["compile"]["n"] >= 10, first
     assert t["speedup_vs_eager"] > 0

@@ -61,6 +61,13 @@ def test_legit_candidate_passes(cache, name, rules):
                                                             "launches": launches})
     assert not [f for f in report["harness"].get("flags") or []
                 if f.get("kind") == "timing_below_kernel"], json.dumps(report["harness"]["flags"])
+    # The timed-call check (where made) passed, under SKILL.md's rules its precision rule
+    # included: an honest forward's timed call is as accurate as its verified sets.
+    tc = report["harness"]["verification"].get("timed_check") or {}
+    if "skipped" not in tc:
+        assert tc.get("ok") is True, json.dumps(tc)
+        assert rules != "cuda-agent" or all(p["ok"] for p in tc.get("precision") or []), \
+            json.dumps(tc)
 
 
 def test_zeros_output_is_refused_by_its_symbol_under_cuda_agent_rules(cache):

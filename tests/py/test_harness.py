@@ -693,6 +693,10 @@ def test_post_timing_check_is_recorded(tmp_path):
     assert chk["ok"] is True and chk["kind"] == "timed-call", chk
     assert chk["calls"] == cand["n"], (chk, cand)
     assert cand["warmup_n"] < chk["call_k"] <= cand["warmup_n"] + cand["n"], (chk, cand)
+    # ... held to the precision rule too (compare.timed_call_precision), with room to spare.
+    precs = chk["precision"]
+    assert len(precs) == 1 and precs[0]["ok"], chk
+    assert precs[0]["candidate_rms_err"] < 0.1 * precs[0]["threshold"], chk
 
 
 def test_timed_call_check_is_left_out_for_a_stateful_forward(tmp_path):
