@@ -126,9 +126,11 @@ def _per_set(fp: Footprint, lazy: bool) -> int:
 def candidate_bytes(fp: Footprint, lazy: bool = False) -> int:
     """The candidate's share: its context, its copy of the parameters, the copy of the inputs
     each timed call gets (timing.varied_copies; one alive at a time), and a forward (its peak,
-    outputs included) or the poisoned blocks, whichever is larger: the forward's outputs reuse
-    the poisoned blocks."""
-    forward = max(fp.ref_peak_bytes, poison_bytes(fp, lazy))
+    outputs included; while timing, beside the copy of one timed call's outputs that the
+    timed-call check keeps, asked for unless the plan is lazy) or the poisoned blocks,
+    whichever is larger: the forward's outputs reuse the poisoned blocks."""
+    timed_copy = 0 if lazy else fp.output_bytes
+    forward = max(fp.ref_peak_bytes + timed_copy, poison_bytes(fp, lazy))
     return CANDIDATE_CONTEXT + fp.param_bytes + fp.input_bytes + forward
 
 

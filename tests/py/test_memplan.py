@@ -68,6 +68,11 @@ def test_per_set_cost_and_the_candidates_share():
     big = fp(output_bytes=10 * GIB, ref_peak_bytes=10 * GIB)
     assert memplan.candidate_bytes(big) == memplan.CANDIDATE_CONTEXT + GIB + 28 * GIB
     assert memplan.candidate_bytes(big, True) == memplan.CANDIDATE_CONTEXT + GIB + 11 * GIB
+    # A forward whose peak dwarfs its outputs: while timing, its peak beside the copy of one
+    # timed call's outputs that the timed-call check keeps (not under a lazy plan: no check).
+    deep = fp(output_bytes=GIB, ref_peak_bytes=6 * GIB)
+    assert memplan.candidate_bytes(deep) == memplan.CANDIDATE_CONTEXT + GIB + 7 * GIB
+    assert memplan.candidate_bytes(deep, True) == memplan.CANDIDATE_CONTEXT + GIB + 6 * GIB
 
 
 def test_trusted_share_under_each_placement():
