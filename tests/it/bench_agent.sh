@@ -31,4 +31,14 @@ assert "the episode's result is kept" [ "$(J "J['tasks'][0]['attempts'][0]['agen
 assert "the trajectory file is named" [ -s "$(J "J['tasks'][0]['attempts'][0]['agent']['trajectory']")" ]
 assert "the HTML report holds the trajectory's turns" grep -q '"turns":\[{"turn":1,"tools":\[{"name":"Read".*"turn":2,"tools":\[{"name":"Write"' "$PWD/agent.html"
 stop_server
+
+# bench/bench_agent.sh (the GPU benchmark's script) in CPU mode on the fixture: it makes the
+# task set and the scripted turns, runs bench, checks every episode and says so.
+DEVICE=cpu SOLUTION_DIR=$FIX/sol TASK_FILE=$FIX/task.py run bash "$CA_REPO/bench/bench_agent.sh" \
+    "$CA" "$PWD/ba"
+expect "bench/bench_agent.sh: every episode correct" 0 "every episode correct, reward >= 1"
+assert "its summary names the episode's turns" grep -q "task: correct, reward [1-3] .* 6 turns" \
+    "$PWD/ba/summary.txt"
+TASKS=nope run bash "$CA_REPO/bench/bench_agent.sh" "$CA" "$PWD/ba2"
+expect "bench/bench_agent.sh: an unknown example is a usage error" 2 "" "no example nope"
 finish
