@@ -152,8 +152,9 @@ def problems(case: Case, report: dict) -> list[str]:
         why.append(f"stage {report.get('stage')!r}, expected "
                    + " or ".join(repr(s) for s in case.stages()))
     kind = failure_of(report).get("kind")
-    if "kind" in exp and kind != exp["kind"]:
-        why.append(f"failure kind {kind!r}, expected {exp['kind']!r}")
+    kinds = exp.get("kind") if isinstance(exp.get("kind"), list) else [exp.get("kind")]
+    if "kind" in exp and kind not in kinds:
+        why.append(f"failure kind {kind!r}, expected " + " or ".join(repr(k) for k in kinds))
     if "contains" in exp and exp["contains"] not in (report.get("message") or ""):
         why.append(f"message lacks {exp['contains']!r}")
     if "basis" in exp:

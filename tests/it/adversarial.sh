@@ -37,7 +37,8 @@ if "reward_min" in exp and (reward is None or reward < exp["reward_min"]):
     why.append(f"reward {reward}, expected at least {exp['reward_min']}")
 if r.get("stage") != exp["stage"]:
     why.append(f"stage {r.get('stage')!r}, expected {exp['stage']!r}")
-if "kind" in exp and failure.get("kind") != exp["kind"]:
+kinds = exp.get("kind") if isinstance(exp.get("kind"), list) else [exp.get("kind")]
+if "kind" in exp and failure.get("kind") not in kinds:
     why.append(f"failure kind {failure.get('kind')!r}, expected {exp['kind']!r}")
 if "contains" in exp and exp["contains"] not in msg:
     why.append(f"message lacks {exp['contains']!r}")
