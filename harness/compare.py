@@ -162,7 +162,8 @@ def precision_record(j: int, got: torch.Tensor, ref: torch.Tensor,
         return None
     if not isinstance(ref64, torch.Tensor) or ref64.shape != ref.shape:
         return None
-    g, r, r64 = got.to(torch.float64), ref.to(torch.float64), ref64.to(torch.float64)
+    g, r = got.to(torch.float64), ref.to(torch.float64)
+    r64 = r if ref64 is ref else ref64.to(torch.float64)  # timed_call_precision: the same
     mask = torch.isfinite(g) & torch.isfinite(r) & torch.isfinite(r64)
     n = int(mask.sum())
     if n == 0:
@@ -191,9 +192,11 @@ def precision_record_sliced(j: int, got: torch.Tensor, ref: torch.Tensor,
     slice)."""
     chunk = memplan.SLICE_ELEMS
     if not isinstance(ref64, torch.Tensor) or ref.numel() <= chunk:
-        if isinstance(ref64, torch.Tensor) and ref64.device != got.device:
-            ref64 = ref64.to(got.device)
-        return precision_record(j, got, ref.to(got.device), ref64)
+        same = ref64 is ref  # timed_call_precision: moved (and made float64) once
+        ref = ref.to(got.device)
+        if isinstance(ref64, torch.Tensor):
+            ref64 = ref if same else ref64.to(got.device)
+        return precision_record(j, got, ref, ref64)
     if not ref.is_floating_point() or ref.dtype == torch.float64 or ref64.shape != ref.shape:
         return None
     g_flat, r_flat, r64_flat = got.reshape(-1), ref.reshape(-1), ref64.reshape(-1)
@@ -202,7 +205,7 @@ def precision_record_sliced(j: int, got: torch.Tensor, ref: torch.Tensor,
     for start in range(0, ref.numel(), chunk):
         g = g_flat[start:start + chunk].to(torch.float64)
         r = r_flat[start:start + chunk].to(got.device, torch.float64)
-        r64 = r64_flat[start:start + chunk].to(got.device, torch.float64)
+        r64 = r if ref64 is ref else r64_flat[start:start + chunk].to(got.device, torch.float64)
         mask = torch.isfinite(g) & torch.isfinite(r) & torch.isfinite(r64)
         zero = torch.zeros((), dtype=torch.float64, device=g.device)
         n += int(mask.sum())
