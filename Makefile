@@ -38,6 +38,12 @@ CFLAGS += -MMD -MP
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CFLAGS += -DCA_VERSION='"$(VERSION)"' -DCA_GIT_REV='"$(GIT_REV)"'
+# The files that print or record the commit are rebuilt when HEAD moves: the stamp is
+# rewritten only when the commit differs from the one it holds.
+GIT_REV_STAMP := $(BUILD)/gen/git_rev
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD)/gen && { [ "$$(cat $(GIT_REV_STAMP) 2>/dev/null)" = "$(GIT_REV)" ] || echo "$(GIT_REV)" > $(GIT_REV_STAMP); })
+endif
 
 LIB_SRC := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c)))
 # ar keeps one member per file name: two library sources of one name would lose one on an
@@ -77,6 +83,8 @@ $(LIB): $(LIB_OBJ)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/src/cli/main.o $(BUILD)/src/cli/cmd_bench.o: $(GIT_REV_STAMP)
 
 $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -Wno-missing-prototypes -c -o $@ $<
