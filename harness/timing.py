@@ -108,8 +108,9 @@ else:  # a CPU-only build of PyTorch
 # (varied_copies). 5: noisy attempts repeated (MAX_ATTEMPTS), the least spread kept.
 # 6: timing="device" makes each call's inputs behind the lead, and sizes the lead by the host's
 # whole issue (inputs, flush, call). 7: each call's factor spread over the whole 1/16
-# (vary_factor), not stepped by 2^-20.
-METHOD_VERSION = 7
+# (vary_factor), not stepped by 2^-20. 8: and by a factor picked by the sum of a value's indices
+# (_sum_factors), so that no call's inputs are a scaled copy of another's.
+METHOD_VERSION = 8
 DEFAULT_BUDGET_MS = 2000.0
 MIN_REPS = 10
 MAX_REPS = 600
@@ -152,10 +153,16 @@ def default_mode(rules: str, device: str) -> str:
     return "events" if rules == "kernelbench" or str(device).startswith("cpu") else "device"
 
 
-# varied_copies(): the largest relative change of a value, and the golden ratio's fractional
-# part, which spreads the per-call factors evenly over [1 - _VARY_MAX, 1 + _VARY_MAX].
+# varied_copies(): the largest relative change of a value by the call's factor, and the golden
+# ratio's fractional part, which spreads the per-call factors evenly over [1 - _VARY_MAX,
+# 1 + _VARY_MAX]. On top of it each value gets a factor within _VARY_SUM of 1 picked by the sum
+# of its indices (_sum_factors): a step along that sum and a phase, both the call's own, spread
+# like the factors by two other irrationals (_VARY_STEP_K, _VARY_PHASE_K).
 _VARY_MAX = 1.0 / 16
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+_VARY_SUM = 1.0 / 32
+_VARY_STEP_K = math.sqrt(2.0) - 1.0
+_VARY_PHASE_K = math.sqrt(3.0) - 1.0
 # Quality (see the module docstring): an attempt is noisy when the spread of its timed calls,
 # (p75 - p25) / median, is over NOISY_IQR_REL, their CV over NOISY_CV (a CV that high means
 # outliers heavy enough to matter even though the median resists them), or the timing thread
@@ -183,17 +190,29 @@ def set_precision(mode: str) -> None:
 
 def varied_copies(inputs: Sequence[Any]) -> Callable[[], list[Any]]:
     """A make_inputs for measure(): each call returns fresh copies of inputs in which every
-    floating-point tensor is scaled by a factor of that call's own (vary_factor(k), k = 1, 2,
-    ...: within 1/16 of 1, spread evenly, never repeating). No two timed calls then see the same
-    values, and no call sees values close to an earlier call's: a forward that caches its
-    results by the inputs' content, exactly (a hash of all or part of them) or approximately
-    (within a tolerance), pays for its lookup and misses, or answers a call with a result that
-    is as far from the call's reference as a 1/16-wide range shared by ~1000 calls puts the
-    nearest earlier call, several times what fp32 arithmetic allows (the timed-call check's
-    precision rule, harness/session.py; adversarial/fuzzy_cache). The work, sizes, signs, zeros
-    and non-finite values stay those of the set. The scaled copy costs what a plain copy costs
-    (one read, one write). Integer and boolean tensors are copied as they are, other arguments
-    passed as they are."""
+    floating-point tensor is varied as that call's own (varied_inputs(inputs, k), k = 1, 2, ...):
+    each value is multiplied by the call's factor (vary_factor(k): within 1/16 of 1, spread
+    evenly, never repeating) times a factor picked by the sum of the value's indices from a
+    vector of the call's own (_sum_factors: within 1/32 of 1).
+
+    No two timed calls then see the same values, and no call sees values close to an earlier
+    call's: a forward that caches its results by the inputs' content, exactly (a hash of all or
+    part of them) or approximately (within a tolerance), pays for its lookup and misses, or
+    answers a call with a result as far from the call's reference as the factors moved, several
+    times what fp32 arithmetic allows (the timed-call check's precision rule,
+    harness/session.py; adversarial/fuzzy_cache). Nor is a call's input a scaled copy of an
+    earlier one: a forward homogeneous in its inputs (a product, a convolution without bias, a
+    mean of squares) cannot answer it with a cached result times a detected scale
+    (gpu/rescaled_cache), since along every dimension the values move by different factors.
+
+    What the values carry stays, exactly: sizes, signs, zeros (so masks, triangles, diagonals
+    and sparsity), non-finite values, and every relation between values at permuted indices,
+    since a sum of indices does not depend on their order: a symmetric matrix stays symmetric
+    bit for bit, a tensor and its transpose stay each other's transposes, and two equal inputs
+    stay equal. Normalisations (rows summing to 1, unit norms, orthogonality) do not, as under
+    any scaling. Cost: one multiply, the cost of a clone (the vector is a strided view, a few
+    KiB that stay in cache). Integer and boolean tensors are copied as they are, other
+    arguments passed as they are."""
     state = {"k": 0}
 
     def make_inputs() -> list[Any]:
@@ -212,9 +231,21 @@ def vary_factor(k: int) -> float:
 
 def varied_inputs(inputs: Sequence[Any], k: int) -> list[Any]:
     """The inputs of varied_copies()'s call k (1, 2, ...): the same values wherever they are
-    made from the same inputs, so the evaluator can compute the reference of any timed call
-    (the timed-call check, harness/session.py)."""
+    made from the same inputs on the same device, so the evaluator can compute the reference of
+    any timed call (the timed-call check, harness/session.py)."""
     return [_varied_copy(x, k) for x in inputs]
+
+
+def _sum_factors(n: int, k: int, device: Any, dtype: Any) -> Any:
+    """Call k's factors for index sums 0..n-1: vary_factor(k) * (1 + (2 frac(s * step + phase)
+    - 1) * _VARY_SUM), with a step in [0.1, 0.9] and a phase of the call's own, so that two
+    calls' vectors differ by more than a scale wherever there are two sums. Made on the input's
+    device in float64 (exact enough for the fraction at any sum a tensor has), then cast: no
+    host-to-device copy, which under device timing would wait for the lead (measure())."""
+    step = 0.1 + 0.8 * math.fmod(k * _VARY_STEP_K, 1.0)
+    phase = math.fmod(k * _VARY_PHASE_K, 1.0)
+    u = torch.arange(n, device=device, dtype=torch.float64).mul_(step).add_(phase).frac_()
+    return u.mul_(2.0 * _VARY_SUM).add_(1.0 - _VARY_SUM).mul_(vary_factor(k)).to(dtype)
 
 
 def _varied_copy(x: Any, k: int) -> Any:
@@ -223,7 +254,11 @@ def _varied_copy(x: Any, k: int) -> Any:
     if not x.is_floating_point():
         return x.clone()
     out = torch.empty_like(x)
-    torch.mul(x, vary_factor(k), out=out)
+    if x.numel() == 0:
+        return out
+    h = _sum_factors(sum(x.shape) - x.dim() + 1, k, x.device, x.dtype)
+    # h viewed with stride 1 along every dimension: element (i0, i1, ...) reads h[i0 + i1 + ...].
+    torch.mul(x, h.as_strided(tuple(x.shape), (1,) * x.dim()), out=out)
     return out
 
 

@@ -6,6 +6,8 @@
 // answers each scaled copy with a grid result from 0.25-0.5% away (the farther of the two
 // around the ratio): a memcpy instead of the work, inside the check's tolerance, but not
 // computed from the call's own inputs. Verification sets are not scaled copies: computed.
+// Since the twenty-first session no timed call's input is a scaled copy of another's either
+// (each value is also varied by its index sum): it computes every call, slowly (reward 1).
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
