@@ -13,6 +13,11 @@ sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 import adversarial_gpu as ag  # noqa: E402
 
 SPLIT = ag.Case(ag.CASES_DIR / "split_side_stream")
+CURRENT = copy.deepcopy(SPLIT.expect)
+# Its expectation until the twenty-first session (evaluated, timed with all its work counted),
+# which exercises the `timed_at_least_work` check; since then it fails the timed-call check.
+SPLIT.expect = {"task": "swish_scale_bias", "pattern": "split_side_stream (until the twenty-first "
+                "session)", "reward_min": 1, "stage": "done", "timed_at_least_work": 0.9}
 
 # split_side_stream on an H100 under --timing device, with the harness whose kernel floor was
 # the longest activity (eighteenth session): 16 pieces, 224.6 us of GPU work in all, timed at
@@ -46,3 +51,15 @@ def test_a_report_without_timing_is_not_as_expected():
     bare = copy.deepcopy(FOOLED)
     del bare["harness"]["timing"]
     assert any("no timing" in w for w in ag.problems(SPLIT, bare))
+
+
+def test_the_race_on_inputs_is_caught_as_expected():
+    """split_side_stream's unordered stream reads a timed call's inputs before they are made:
+    -1 at the timed-call check is its expected verdict now; the fooled report is not."""
+    now = ag.Case(ag.CASES_DIR / "split_side_stream")
+    assert now.expect == CURRENT
+    caught = {"stage": "timing", "ok": False, "reward": {"reward": -1},
+              "message": "in a timed call (one of 871, ...): 13700747 element(s) differ",
+              "harness": {"failure": {"kind": "mismatch"}, "flags": []}}
+    assert ag.problems(now, caught) == []
+    assert ag.problems(now, FOOLED)
