@@ -8,6 +8,10 @@ the script here.
 
     bench/serve_examples.py [--device cuda] [--binary build/cuda-agent]
     bench/serve_examples.py --device cpu --pair tests/eval/cpu/task.py:tests/eval/cpu/sol
+
+A GPU machine without the mcp package: `bash bench/device_wheels.sh .whl` here, carry .whl,
+and there `python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl` and
+`PYTHONPATH=/tmp/site python3 bench/serve_examples.py --binary .carry/cuda-agent`.
 """
 
 import argparse
