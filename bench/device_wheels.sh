@@ -18,4 +18,4 @@ mkdir -p "$dir"
 "$py" -m pip download -q --only-binary=:all: --python-version "$pyver" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform any -d "$dir" "mcp==$ver"
-echo "device_wheels.sh: mcp $ver and $(($(ls "$dir"/*.whl | wc -l) - 1)) dependencies in $dir ($(du -sh "$dir" | cut -f1))"
+echo "device_wheels.sh: mcp $ver and $(($(find "$dir" -name "*.whl" | wc -l) - 1)) dependencies in $dir ($(du -sh "$dir" | cut -f1))"
