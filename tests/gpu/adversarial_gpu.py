@@ -34,6 +34,9 @@ from typing import Any, Callable, Iterator
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ca_cli import ROOT, TASKS, binary, solution_workspace  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tests" / "adversarial"))
+import expect  # noqa: E402  (tests/adversarial/expect.py: the check both suites run)
+
 CASES_DIR = ROOT / "tests" / "adversarial" / "gpu"
 KB_FILE = "kernelbench.py"
 EVAL_TIMEOUT_S = 900
@@ -138,41 +141,9 @@ def verdict(report: dict) -> str:
 
 
 def problems(case: Case, report: dict) -> list[str]:
-    """How the report differs from expect.json (empty: as expected)."""
-    exp = case.expect
-    reward = reward_of(report)
-    h = report.get("harness") or {}
-    cand = (h.get("timing") or {}).get("candidate") or {}
-    why = []
-    if "reward" in exp and reward != exp["reward"]:
-        why.append(f"reward {reward}, expected {exp['reward']}")
-    if "reward_min" in exp and (reward is None or reward < exp["reward_min"]):
-        why.append(f"reward {reward}, expected at least {exp['reward_min']}")
-    if report.get("stage") not in case.stages():
-        why.append(f"stage {report.get('stage')!r}, expected "
-                   + " or ".join(repr(s) for s in case.stages()))
-    kind = failure_of(report).get("kind")
-    kinds = exp.get("kind") if isinstance(exp.get("kind"), list) else [exp.get("kind")]
-    if "kind" in exp and kind not in kinds:
-        why.append(f"failure kind {kind!r}, expected " + " or ".join(repr(k) for k in kinds))
-    if "contains" in exp and exp["contains"] not in (report.get("message") or ""):
-        why.append(f"message lacks {exp['contains']!r}")
-    if "basis" in exp:
-        want = exp["basis"] if isinstance(exp["basis"], list) else [exp["basis"]]
-        if cand.get("basis") not in want:
-            why.append(f"candidate timing basis {cand.get('basis')!r}, expected one of {want}"
-                       " (work off the current stream must be counted)")
-    if "timed_at_least_work" in exp:
-        # The candidate's time against the GPU time of all its profiled activities (their sum:
-        # for a case whose work runs on one stream, the least time a call can take).
-        work = ((h.get("verification") or {}).get("launches") or {}).get("total_us")
-        med = cand.get("median_ms")
-        if not isinstance(work, (int, float)) or not isinstance(med, (int, float)):
-            why.append(f"no timing to check against its work (median {med!r}, work {work!r})")
-        elif med < exp["timed_at_least_work"] * work / 1000.0:
-            why.append(f"timed at {med:.4g} ms, below {exp['timed_at_least_work']:g} of the "
-                       f"{work / 1000.0:.4g} ms of GPU work it ran: the timing missed its work")
-    return why
+    """How the report differs from expect.json (empty: as expected): tests/adversarial/expect.py,
+    the check the CPU suite runs too."""
+    return expect.problems(case.expect, report)
 
 
 def compile_problems(case: Case, report: dict) -> list[str]:

@@ -23,26 +23,17 @@ for case in "$CA_REPO"/tests/adversarial/*/; do
     cp "$FIX/sol/model_new.py" "$ws/"
     (cd "$case" && find . -type f ! -name expect.json -exec cp --parents {} "$ws/" \;)
     run "$CA" eval --server "$SOCK" --json "$ws"
-    assert "$name" "$PY" - "$case/expect.json" "$OUT" <<'PY'
+    assert "$name" "$PY" - "$case/expect.json" "$OUT" "$CA_REPO/tests/adversarial" <<'PY'
 import json, sys
+sys.path.insert(0, sys.argv[3])
+import expect  # tests/adversarial/expect.py: the check the GPU suite runs too
 exp = json.load(open(sys.argv[1]))
 r = json.load(open(sys.argv[2]))
-reward = (r.get("reward") or {}).get("reward")
 failure = (r.get("harness") or {}).get("failure") or {}
 msg = r.get("message") or ""
-why = []
-if "reward" in exp and reward != exp["reward"]:
-    why.append(f"reward {reward}, expected {exp['reward']}")
-if "reward_min" in exp and (reward is None or reward < exp["reward_min"]):
-    why.append(f"reward {reward}, expected at least {exp['reward_min']}")
-if r.get("stage") != exp["stage"]:
-    why.append(f"stage {r.get('stage')!r}, expected {exp['stage']!r}")
-kinds = exp.get("kind") if isinstance(exp.get("kind"), list) else [exp.get("kind")]
-if "kind" in exp and failure.get("kind") not in kinds:
-    why.append(f"failure kind {failure.get('kind')!r}, expected {exp['kind']!r}")
-if "contains" in exp and exp["contains"] not in msg:
-    why.append(f"message lacks {exp['contains']!r}")
-verdict = f"reward {reward} at {r.get('stage')}" + (f" ({failure.get('kind')})" if failure else "")
+why = expect.problems(exp, r)
+verdict = f"reward {(r.get('reward') or {}).get('reward')} at {r.get('stage')}" + \
+    (f" ({failure.get('kind')})" if failure else "")
 print(f"  {exp['pattern']}: {verdict}: {msg.splitlines()[0][:140] if msg else 'passed'}",
       file=sys.stderr)
 if why:
