@@ -232,8 +232,10 @@ def vary_factor(k: int) -> float:
 def varied_inputs(inputs: Sequence[Any], k: int) -> list[Any]:
     """The inputs of varied_copies()'s call k (1, 2, ...): the same values wherever they are
     made from the same inputs on the same device, so the evaluator can compute the reference of
-    any timed call (the timed-call check, harness/session.py)."""
-    return [_varied_copy(x, k) for x in inputs]
+    any timed call (the timed-call check, harness/session.py). The factor vector of a length
+    (and device and dtype) is made once per call, however many inputs share it."""
+    vectors: dict[tuple[int, str, Any], Any] = {}
+    return [_varied_copy(x, k, vectors) for x in inputs]
 
 
 def _sum_factors(n: int, k: int, device: Any, dtype: Any) -> Any:
@@ -248,7 +250,7 @@ def _sum_factors(n: int, k: int, device: Any, dtype: Any) -> Any:
     return u.mul_(2.0 * _VARY_SUM).add_(1.0 - _VARY_SUM).mul_(vary_factor(k)).to(dtype)
 
 
-def _varied_copy(x: Any, k: int) -> Any:
+def _varied_copy(x: Any, k: int, vectors: dict[tuple[int, str, Any], Any]) -> Any:
     if not isinstance(x, torch.Tensor):
         return x
     if not x.is_floating_point():
@@ -256,7 +258,11 @@ def _varied_copy(x: Any, k: int) -> Any:
     out = torch.empty_like(x)
     if x.numel() == 0:
         return out
-    h = _sum_factors(sum(x.shape) - x.dim() + 1, k, x.device, x.dtype)
+    n = sum(x.shape) - x.dim() + 1
+    key = (n, str(x.device), x.dtype)
+    h = vectors.get(key)
+    if h is None:
+        h = vectors[key] = _sum_factors(n, k, x.device, x.dtype)
     # h viewed with stride 1 along every dimension: element (i0, i1, ...) reads h[i0 + i1 + ...].
     torch.mul(x, h.as_strided(tuple(x.shape), (1,) * x.dim()), out=out)
     return out

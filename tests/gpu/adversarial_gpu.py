@@ -56,8 +56,7 @@ class Case:
         return "reward_min" in self.expect and self.expect["reward_min"] >= 1
 
     def stages(self) -> list[str]:
-        s = self.expect["stage"]
-        return list(s) if isinstance(s, list) else [s]
+        return expect.as_list(self.expect["stage"])
 
     def __repr__(self) -> str:
         return f"Case({self.name})"
