@@ -4,9 +4,10 @@
 The harness's timed calls get inputs made fresh for each call (timing.varied_copies). Until
 METHOD_VERSION 8 each call's inputs were the timing set times one factor ("scale": one
 multiply); since then each value is also multiplied by a factor picked by the sum of its
-indices ("value": about eight small launches that make the factor vector, then one multiply).
-Both happen before the call's start event, behind the lead under timing="device", so neither
-should be timed. This measures it: small memory-bound forwards (the size of load_rewards.py's
+indices from a vector of the call's own: made for each call ("percall": about eight small
+launches, then one multiply), or a block of calls at a time (timing.FactorBlocks, "block": one
+multiply on most calls). All happen before the call's start event, behind the lead under
+timing="device", so none should be timed. This measures it: small memory-bound forwards (the size of load_rewards.py's
 kb-swish-s, 27 us on an H100) timed with harness/timing.measure() under each way of making the
 inputs, alternately (ABBA) in one process, in several fresh processes one after the other,
 so that what differs between processes (allocations, clocks) and what differs between the
@@ -16,8 +17,8 @@ two input makers are told apart.
         [--timing device] [--rows 2048] [--cols 4096] [--compile] [--device cpu]
 
 Prints, per forward and input maker, the processes' medians (each the median of its rounds'
-medians), their spread (max / min across processes) and the "value" / "scale" ratio of each
-process; writes OUT/vary_ab.json. Needs CUDA (exit status 77 without it), unless --device cpu
+medians), their spread (max / min across processes) and each maker's ratio to "scale" in
+each process; writes OUT/vary_ab.json. Needs CUDA (exit status 77 without it), unless --device cpu
 (wall-clock times; a check of the script, not a measurement).
 """
 
@@ -32,7 +33,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MAKERS = ("scale", "value")
+MAKERS = ("scale", "percall", "block")
 
 
 def scale_only(inputs, timing):
@@ -45,6 +46,17 @@ def scale_only(inputs, timing):
         state["k"] += 1
         f = timing.vary_factor(state["k"])
         return [torch.mul(x, f) if x.is_floating_point() else x.clone() for x in inputs]
+
+    return make
+
+
+def per_call(inputs, timing):
+    """METHOD_VERSION 8 as first shipped: each call's factor vectors made for that call alone."""
+    state = {"k": 0}
+
+    def make():
+        state["k"] += 1
+        return timing.varied_inputs(inputs, state["k"])
 
     return make
 
@@ -68,10 +80,11 @@ def child(args) -> dict:
         fns["swish_compile"](x)
     out: dict = {fn: {m: [] for m in MAKERS} for fn in fns}
     for r in range(args.rounds):
-        order = MAKERS if r % 2 == 0 else MAKERS[::-1]
+        order = MAKERS if r % 2 == 0 else MAKERS[::-1]  # ABC CBA
         for name, fn in fns.items():
             for m in order:
-                make = scale_only([x], timing) if m == "scale" else timing.varied_copies([x])
+                make = (scale_only([x], timing) if m == "scale" else per_call([x], timing)
+                        if m == "percall" else timing.varied_copies([x]))
                 st = timing.measure(fn, make, dev, args.budget_ms, args.timing)
                 out[name][m].append({k: st.get(k) for k in (
                     "median_ms", "cv", "n", "lead_ms", "host_median_ms", "lead_short_fraction",
@@ -93,8 +106,9 @@ def summarise(procs: list[dict]) -> dict:
                           a["host_median_ms"] or 0.0 for p in procs for a in p[fn][m]),
                       "lead_short_max": max(
                           a["lead_short_fraction"] or 0.0 for p in procs for a in p[fn][m])}
-        row["value_over_scale"] = [v / s for v, s in zip(row["value"]["per_process_ms"],
-                                                         row["scale"]["per_process_ms"])]
+        for m in MAKERS[1:]:
+            row[f"{m}_over_scale"] = [v / s for v, s in zip(row[m]["per_process_ms"],
+                                                            row["scale"]["per_process_ms"])]
         res[fn] = row
     return res
 
@@ -154,9 +168,10 @@ def main() -> int:
             print(f"| {fn} | {m} | {s['median_ms']:.4f} | {s['spread']:.3f} | "
                   f"{100 * s['cv_median']:.2f}% | {s['host_median_ms']:.3f} | "
                   f"{s['lead_short_max']:.2f} | {per} |")
-        ratios = row["value_over_scale"]
-        print(f"| {fn} | value/scale | {statistics.median(ratios):.3f} | "
-              f"{min(ratios):.3f}-{max(ratios):.3f} | | | | |")
+        for m in MAKERS[1:]:
+            ratios = row[f"{m}_over_scale"]
+            print(f"| {fn} | {m}/scale | {statistics.median(ratios):.3f} | "
+                  f"{min(ratios):.3f}-{max(ratios):.3f} | | | | |")
     return 0
 
 

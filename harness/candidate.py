@@ -640,6 +640,7 @@ class Runner:
 
         kept = self.timed_inputs
         made = [0]  # the k of the inputs made last (timing.varied_inputs)
+        blocks = timing.FactorBlocks()  # this measurement's factor vectors, freed with it
         sample = TimedSample() if self.job.get("timed_check") else None
 
         def make_inputs() -> list[Any]:
@@ -648,7 +649,7 @@ class Runner:
             # alive and the post-timing set can be given at exactly their addresses.
             kept.clear()
             made[0] += 1
-            args = timing.varied_inputs(inputs, made[0])
+            args = timing.varied_inputs(inputs, made[0], blocks)
             kept.extend(args)
             return args
 

@@ -109,7 +109,7 @@ else:  # a CPU-only build of PyTorch
 # 6: timing="device" makes each call's inputs behind the lead, and sizes the lead by the host's
 # whole issue (inputs, flush, call). 7: each call's factor spread over the whole 1/16
 # (vary_factor), not stepped by 2^-20. 8: and by a factor picked by the sum of a value's indices
-# (_sum_factors), so that no call's inputs are a scaled copy of another's.
+# (_sum_factor_rows), so that no call's inputs are a scaled copy of another's.
 METHOD_VERSION = 8
 DEFAULT_BUDGET_MS = 2000.0
 MIN_REPS = 10
@@ -156,13 +156,16 @@ def default_mode(rules: str, device: str) -> str:
 # varied_copies(): the largest relative change of a value by the call's factor, and the golden
 # ratio's fractional part, which spreads the per-call factors evenly over [1 - _VARY_MAX,
 # 1 + _VARY_MAX]. On top of it each value gets a factor within _VARY_SUM of 1 picked by the sum
-# of its indices (_sum_factors): a step along that sum and a phase, both the call's own, spread
+# of its indices (_sum_factor_rows): a step along that sum and a phase, both the call's own, spread
 # like the factors by two other irrationals (_VARY_STEP_K, _VARY_PHASE_K).
 _VARY_MAX = 1.0 / 16
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 _VARY_SUM = 1.0 / 32
 _VARY_STEP_K = math.sqrt(2.0) - 1.0
 _VARY_PHASE_K = math.sqrt(3.0) - 1.0
+# FactorBlocks: the calls whose factor vectors are made at once, and the most a block may hold.
+BLOCK_CALLS = 64
+_BLOCK_BYTES = 16 << 20
 # Quality (see the module docstring): an attempt is noisy when the spread of its timed calls,
 # (p75 - p25) / median, is over NOISY_IQR_REL, their CV over NOISY_CV (a CV that high means
 # outliers heavy enough to matter even though the median resists them), or the timing thread
@@ -193,7 +196,7 @@ def varied_copies(inputs: Sequence[Any]) -> Callable[[], list[Any]]:
     floating-point tensor is varied as that call's own (varied_inputs(inputs, k), k = 1, 2, ...):
     each value is multiplied by the call's factor (vary_factor(k): within 1/16 of 1, spread
     evenly, never repeating) times a factor picked by the sum of the value's indices from a
-    vector of the call's own (_sum_factors: within 1/32 of 1).
+    vector of the call's own (_sum_factor_rows: within 1/32 of 1).
 
     No two timed calls then see the same values, and no call sees values close to an earlier
     call's: a forward that caches its results by the inputs' content, exactly (a hash of all or
@@ -214,10 +217,11 @@ def varied_copies(inputs: Sequence[Any]) -> Callable[[], list[Any]]:
     KiB that stay in cache). Integer and boolean tensors are copied as they are, other
     arguments passed as they are."""
     state = {"k": 0}
+    blocks = FactorBlocks()
 
     def make_inputs() -> list[Any]:
         state["k"] += 1
-        return varied_inputs(inputs, state["k"])
+        return varied_inputs(inputs, state["k"], blocks)
 
     return make_inputs
 
@@ -229,28 +233,69 @@ def vary_factor(k: int) -> float:
     return 1.0 + (math.fmod(k * _GOLDEN, 1.0) - 0.5) * 2.0 * _VARY_MAX
 
 
-def varied_inputs(inputs: Sequence[Any], k: int) -> list[Any]:
+class FactorBlocks:
+    """The factor vectors of consecutive calls, made a block of calls at a time (issue 21).
+
+    A call's vector takes about eight small launches to make (_sum_factor_rows). Made for each
+    timed call, they sit on the host side of every call, which the device lead must then cover;
+    made for BLOCK_CALLS calls at once, a call's inputs cost one multiply per input, as when each
+    call had one factor. A block is at most _BLOCK_BYTES (in float64), so the block of a long
+    vector (a 1-D input: its length is its size) holds fewer calls, down to one. The values are
+    those of varied_inputs(inputs, k) with no blocks, bit for bit: a row of a block and a block
+    of one row are computed by the same elementwise steps. Held by the make_inputs of one
+    measurement and freed with it: nothing stays between jobs."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[tuple[int, str, Any], tuple[int, Any]] = {}
+
+    def vector(self, n: int, k: int, device: Any, dtype: Any) -> Any:
+        key = (n, str(device), dtype)
+        hit = self._blocks.get(key)
+        if hit is None or not hit[0] <= k < hit[0] + hit[1].shape[0]:
+            count = max(1, min(BLOCK_CALLS, _BLOCK_BYTES // (8 * n)))
+            hit = self._blocks[key] = (k, _sum_factor_rows(n, k, count, device, dtype))
+        return hit[1][k - hit[0]]
+
+
+def varied_inputs(inputs: Sequence[Any], k: int, blocks: FactorBlocks | None = None) -> list[Any]:
     """The inputs of varied_copies()'s call k (1, 2, ...): the same values wherever they are
     made from the same inputs on the same device, so the evaluator can compute the reference of
-    any timed call (the timed-call check, harness/session.py). The factor vector of a length
-    (and device and dtype) is made once per call, however many inputs share it."""
-    vectors: dict[tuple[int, str, Any], Any] = {}
-    return [_varied_copy(x, k, vectors) for x in inputs]
+    any timed call (the timed-call check, harness/session.py). A timing loop passes its
+    FactorBlocks, so that the vectors are made a block of calls at a time; without, call k's
+    vector of each length (and device and dtype) is made for this call alone."""
+    blocks = blocks if blocks is not None else _OneCall()
+    return [_varied_copy(x, k, blocks) for x in inputs]
 
 
-def _sum_factors(n: int, k: int, device: Any, dtype: Any) -> Any:
-    """Call k's factors for index sums 0..n-1: vary_factor(k) * (1 + (2 frac(s * step + phase)
-    - 1) * _VARY_SUM), with a step in [0.1, 0.9] and a phase of the call's own, so that two
-    calls' vectors differ by more than a scale wherever there are two sums. Made on the input's
-    device in float64 (exact enough for the fraction at any sum a tensor has), then cast: no
+class _OneCall(FactorBlocks):
+    """FactorBlocks for one call: each vector made for that call alone."""
+
+    def vector(self, n: int, k: int, device: Any, dtype: Any) -> Any:
+        key = (n, str(device), dtype)
+        hit = self._blocks.get(key)
+        if hit is None:
+            hit = self._blocks[key] = (k, _sum_factor_rows(n, k, 1, device, dtype))
+        return hit[1][0]
+
+
+def _sum_factor_rows(n: int, k0: int, count: int, device: Any, dtype: Any) -> Any:
+    """Calls k0..k0+count-1's factors for index sums 0..n-1, a row per call: call k's row is
+    vary_factor(k) * (1 + (2 frac(s * step + phase) - 1) * _VARY_SUM), with a step in
+    [0.1, 0.9] and a phase of the call's own (spread like vary_factor by _VARY_STEP_K and
+    _VARY_PHASE_K), so that two calls' vectors differ by more than a scale wherever there are
+    two sums. Made on the input's device in float64 (exact enough for the fraction at any sum a
+    tensor has, and the same IEEE steps as vary_factor's on the host), then cast: no
     host-to-device copy, which under device timing would wait for the lead (measure())."""
-    step = 0.1 + 0.8 * math.fmod(k * _VARY_STEP_K, 1.0)
-    phase = math.fmod(k * _VARY_PHASE_K, 1.0)
-    u = torch.arange(n, device=device, dtype=torch.float64).mul_(step).add_(phase).frac_()
-    return u.mul_(2.0 * _VARY_SUM).add_(1.0 - _VARY_SUM).mul_(vary_factor(k)).to(dtype)
+    ks = torch.arange(k0, k0 + count, device=device, dtype=torch.float64)[:, None]
+    step = torch.fmod(ks * _VARY_STEP_K, 1.0).mul_(0.8).add_(0.1)
+    phase = torch.fmod(ks * _VARY_PHASE_K, 1.0)
+    factor = torch.fmod(ks * _GOLDEN, 1.0).sub_(0.5).mul_(2.0).mul_(_VARY_MAX).add_(1.0)
+    u = torch.arange(n, device=device, dtype=torch.float64)[None, :] * step
+    u = u.add_(phase).frac_()
+    return u.mul_(2.0 * _VARY_SUM).add_(1.0 - _VARY_SUM).mul_(factor).to(dtype)
 
 
-def _varied_copy(x: Any, k: int, vectors: dict[tuple[int, str, Any], Any]) -> Any:
+def _varied_copy(x: Any, k: int, blocks: FactorBlocks) -> Any:
     if not isinstance(x, torch.Tensor):
         return x
     if not x.is_floating_point():
@@ -258,11 +303,7 @@ def _varied_copy(x: Any, k: int, vectors: dict[tuple[int, str, Any], Any]) -> An
     out = torch.empty_like(x)
     if x.numel() == 0:
         return out
-    n = sum(x.shape) - x.dim() + 1
-    key = (n, str(x.device), x.dtype)
-    h = vectors.get(key)
-    if h is None:
-        h = vectors[key] = _sum_factors(n, k, x.device, x.dtype)
+    h = blocks.vector(sum(x.shape) - x.dim() + 1, k, x.device, x.dtype)
     # h viewed with stride 1 along every dimension: element (i0, i1, ...) reads h[i0 + i1 + ...].
     torch.mul(x, h.as_strided(tuple(x.shape), (1,) * x.dim()), out=out)
     return out

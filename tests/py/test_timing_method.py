@@ -280,12 +280,45 @@ def test_on_output_sees_every_timed_call_and_no_warm_up_call():
 
 
 def test_varied_inputs_are_the_calls_inputs_wherever_they_are_made():
+    """A timing loop's inputs (vectors made a block of calls at a time) are those the evaluator
+    remakes for one call (the timed-call check), bit for bit, across blocks' boundaries."""
     x = torch.randn(16, 5)
-    make = timing.varied_copies([x, 3])
-    for k in range(1, 40):
-        a, n = make()
-        b, m = timing.varied_inputs([x.clone(), 3], k)
-        assert torch.equal(a, b) and n == m == 3
+    make = timing.varied_copies([x, 3, x.t()])
+    for k in range(1, 2 * timing.BLOCK_CALLS + 10):
+        a, n, at = make()
+        b, m, bt = timing.varied_inputs([x.clone(), 3, x.t()], k)
+        assert torch.equal(a, b) and torch.equal(at, bt) and n == m == 3
+        assert torch.equal(a.t(), at)  # the transpose still the transpose
+
+
+def test_factor_vectors_are_made_a_block_of_calls_at_a_time(monkeypatch):
+    """Issue 21: the ~8 launches that make a call's vector are paid once per BLOCK_CALLS calls,
+    not on every timed call's host side; a long vector's block holds fewer calls (its bytes
+    bounded), down to one; the blocks live as long as the measurement's make_inputs."""
+    made = []
+    real = timing._sum_factor_rows
+
+    def counting(n, k0, count, device, dtype):
+        made.append((n, k0, count))
+        return real(n, k0, count, device, dtype)
+
+    monkeypatch.setattr(timing, "_sum_factor_rows", counting)
+    small, other = torch.randn(8, 9), torch.randn(4, 13)  # 16 index sums each: one vector
+    make = timing.varied_copies([small, other, torch.randn(3)])
+    for _ in range(2 * timing.BLOCK_CALLS + 1):
+        make()
+    assert made == [(16, 1, 64), (3, 1, 64), (16, 65, 64), (3, 65, 64), (16, 129, 64),
+                    (3, 129, 64)]
+    made.clear()
+    long = torch.randn(timing._BLOCK_BYTES // 8 // 4 + 1)  # a block of it holds 3 calls
+    make = timing.varied_copies([long])
+    for _ in range(7):
+        make()
+    assert [k0 for _n, k0, _c in made] == [1, 4, 7] and {c for _n, _k, c in made} == {3}
+    made.clear()
+    huge = torch.randn(timing._BLOCK_BYTES // 8 + 1)  # longer than a block: one call each
+    timing.varied_copies([huge])()
+    assert made == [(huge.numel(), 1, 1)]
 
 
 def test_timed_sample_keeps_a_copy_of_one_call_chosen_uniformly():
