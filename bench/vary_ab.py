@@ -11,10 +11,13 @@ timing="device", so none should be timed. This measures it: small memory-bound f
 kb-swish-s, 27 us on an H100) timed with harness/timing.measure() under each way of making the
 inputs, alternately (ABBA) in one process, in several fresh processes one after the other,
 so that what differs between processes (allocations, clocks) and what differs between the
-two input makers are told apart.
+input makers are told apart. A maker NAME+read times the same with an L2 flush that reads its
+buffer instead of zeroing it: the zeroing leaves the L2 full of dirty lines, which the timed
+call then writes back, by an amount that may depend on where its buffers lie.
 
     python3 bench/vary_ab.py [--out OUT] [--procs 8] [--rounds 4] [--budget-ms 500]
         [--timing device] [--rows 2048] [--cols 4096] [--compile] [--device cpu]
+        [--makers scale,percall,block,block+read] [--no-eager]
 
 Prints, per forward and input maker, the processes' medians (each the median of its rounds'
 medians), their spread (max / min across processes) and each maker's ratio to "scale" in
@@ -34,6 +37,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAKERS = ("scale", "percall", "block")
+# A maker's "+read" variant: the L2 flush reads its buffer instead of writing it (no dirty
+# lines left for the timed call to write back).
 
 
 def scale_only(inputs, timing):
@@ -74,17 +79,27 @@ def child(args) -> dict:
     def swish(t):
         return t * torch.sigmoid(t) * 2.0 + bias
 
-    fns = {"sigmoid": torch.sigmoid, "swish_eager": swish}
+    fns = {"sigmoid": torch.sigmoid}
+    if not args.no_eager:
+        fns["swish_eager"] = swish
     if args.compile:
         fns["swish_compile"] = torch.compile(swish)
         fns["swish_compile"](x)
-    out: dict = {fn: {m: [] for m in MAKERS} for fn in fns}
+    zero_flush = timing.L2Flusher.__call__
+
+    def read_flush(self):
+        self._buf.max()  # a read of the whole buffer: the L2 ends full of clean lines
+
+    makers = args.makers.split(",")
+    out: dict = {fn: {m: [] for m in makers} for fn in fns}
     for r in range(args.rounds):
-        order = MAKERS if r % 2 == 0 else MAKERS[::-1]  # ABC CBA
+        order = makers if r % 2 == 0 else makers[::-1]  # ABC CBA
         for name, fn in fns.items():
             for m in order:
-                make = (scale_only([x], timing) if m == "scale" else per_call([x], timing)
-                        if m == "percall" else timing.varied_copies([x]))
+                base = m.split("+")[0]
+                make = (scale_only([x], timing) if base == "scale" else per_call([x], timing)
+                        if base == "percall" else timing.varied_copies([x]))
+                timing.L2Flusher.__call__ = read_flush if m.endswith("+read") else zero_flush
                 st = timing.measure(fn, make, dev, args.budget_ms, args.timing)
                 out[name][m].append({k: st.get(k) for k in (
                     "median_ms", "cv", "n", "lead_ms", "host_median_ms", "lead_short_fraction",
@@ -92,11 +107,11 @@ def child(args) -> dict:
     return out
 
 
-def summarise(procs: list[dict]) -> dict:
+def summarise(procs: list[dict], makers: list[str]) -> dict:
     res: dict = {}
     for fn in procs[0]:
         row: dict = {}
-        for m in MAKERS:
+        for m in makers:
             meds = [statistics.median(a["median_ms"] for a in p[fn][m]) for p in procs]
             row[m] = {"per_process_ms": meds, "median_ms": statistics.median(meds),
                       "spread": max(meds) / min(meds),
@@ -106,9 +121,9 @@ def summarise(procs: list[dict]) -> dict:
                           a["host_median_ms"] or 0.0 for p in procs for a in p[fn][m]),
                       "lead_short_max": max(
                           a["lead_short_fraction"] or 0.0 for p in procs for a in p[fn][m])}
-        for m in MAKERS[1:]:
-            row[f"{m}_over_scale"] = [v / s for v, s in zip(row[m]["per_process_ms"],
-                                                            row["scale"]["per_process_ms"])]
+        for m in makers[1:]:
+            row[f"{m}_over_{makers[0]}"] = [v / s for v, s in zip(
+                row[m]["per_process_ms"], row[makers[0]]["per_process_ms"])]
         res[fn] = row
     return res
 
@@ -124,10 +139,18 @@ def main() -> int:
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile's swish")
     ap.add_argument("--device", default="cuda", help="cpu checks the script without a GPU")
+    ap.add_argument("--makers", default=",".join(MAKERS),
+                    help="input makers to compare, the first the reference; NAME+read: the same "
+                    "with an L2 flush that reads its buffer")
+    ap.add_argument("--no-eager", action="store_true", help="leave eager swish out")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.procs < 1 or args.rounds < 1 or args.budget_ms <= 0:
         ap.error("--procs and --rounds must be at least 1, --budget-ms above 0")
+    bad = [m for m in args.makers.split(",") if m.split("+")[0] not in MAKERS
+           or m.count("+") > 1 or ("+" in m and not m.endswith("+read"))]
+    if bad:
+        ap.error(f"unknown makers: {', '.join(bad)} (known: {', '.join(MAKERS)}, NAME+read)")
     if args.child:
         json.dump(child(args), sys.stdout)
         return 0
@@ -150,7 +173,8 @@ def main() -> int:
                   file=sys.stderr)
             return 1
         procs.append(json.loads(r.stdout))
-    summary = summarise(procs)
+    makers = args.makers.split(",")
+    summary = summarise(procs, makers)
     doc = {"args": {k: v for k, v in vars(args).items() if k != "child"},
            "device": torch.cuda.get_device_name(0) if args.device != "cpu" else "cpu", "torch": torch.__version__,
            "wall_s": time.monotonic() - t0, "summary": summary, "processes": procs}
@@ -162,15 +186,15 @@ def main() -> int:
           "host ms | worst lead_short | per process ms |")
     print("|---|---|---|---|---|---|---|---|")
     for fn, row in summary.items():
-        for m in MAKERS:
+        for m in makers:
             s = row[m]
             per = " ".join(f"{v:.4f}" for v in s["per_process_ms"])
             print(f"| {fn} | {m} | {s['median_ms']:.4f} | {s['spread']:.3f} | "
                   f"{100 * s['cv_median']:.2f}% | {s['host_median_ms']:.3f} | "
                   f"{s['lead_short_max']:.2f} | {per} |")
-        for m in MAKERS[1:]:
-            ratios = row[f"{m}_over_scale"]
-            print(f"| {fn} | {m}/scale | {statistics.median(ratios):.3f} | "
+        for m in makers[1:]:
+            ratios = row[f"{m}_over_{makers[0]}"]
+            print(f"| {fn} | {m}/{makers[0]} | {statistics.median(ratios):.3f} | "
                   f"{min(ratios):.3f}-{max(ratios):.3f} | | | | |")
     return 0
 
