@@ -13,7 +13,13 @@ the wall time; a summary table on stdout and everything in OUT/kb_memory.json.
 
     python3 bench/kb_memory.py --bin .carry/cuda-agent --out OUT [--levels 1,2,3]
         [--limit N] [--only 19,4] [--skip N] [--stride N] [--time-budget S] [--corpus DIR]
-        [--server SOCKET] [--budget-ms 300]
+        [--server SOCKET] [--budget-ms 300] [--done FILE ...]
+
+--done FILE (repeatable; a kb_memory.jsonl or kb_memory.json of earlier calls, e.g.
+bench/results-kb-memory.jsonl) leaves out the tasks FILE already records with a verdict (not
+"error") and counts its records in the summary with this call's, so that the 250 tasks can be
+covered over several device calls: each call appends its OUT/kb_memory.jsonl to the file. Every
+record says which binary made it (`binary`: its --version line).
 
 --time-budget stops starting tasks once S seconds have passed, or when the slowest of the last
 three tasks would not fit in what is left (the device call that runs it is limited), and
@@ -92,6 +98,28 @@ def tasks(corpus: str, levels: list[int]) -> list[tuple[int, str]]:
     return out
 
 
+def load_done(paths: list[str]) -> list[dict]:
+    """The records of earlier calls (--done): JSONL, one record a line, or kb_memory.json's
+    {"records": [...]}; a record seen again (the same level and task) replaces the earlier."""
+    by: dict[tuple[int, str], dict] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        try:
+            doc = json.loads(text)
+            recs = doc.get("records", []) if isinstance(doc, dict) else doc
+        except json.JSONDecodeError:
+            try:
+                recs = [json.loads(line) for line in text.splitlines() if line.strip()]
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: neither JSON nor JSON lines ({exc})") from None
+        for r in recs:
+            if not isinstance(r, dict) or "level" not in r or "task" not in r:
+                raise ValueError(f"{path}: not a kb_memory record: {str(r)[:120]}")
+            by[(int(r["level"]), r["task"])] = r
+    return list(by.values())
+
+
 def run_one(opts: argparse.Namespace, level: int, path: str, tmp: str) -> dict:
     name = os.path.basename(path)
     cand = os.path.join(tmp, f"l{level}_{name}")
@@ -103,7 +131,7 @@ def run_one(opts: argparse.Namespace, level: int, path: str, tmp: str) -> dict:
            "--kernelbench-file", cand, "--budget-ms", str(opts.budget_ms), "--timeout",
            str(opts.timeout), "--no-compile-baseline", "--server", opts.server]
     t0 = time.monotonic()
-    rec: dict = {"level": level, "task": name}
+    rec: dict = {"level": level, "task": name, "binary": opts.version}
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=4 * opts.timeout + 300)
         stdout, stderr, rc = p.stdout, p.stderr, p.returncode
@@ -170,7 +198,15 @@ def main() -> int:
     p.add_argument("--server", help="an evaluator service's socket (default: start one)")
     p.add_argument("--budget-ms", type=int, default=300)
     p.add_argument("--timeout", type=int, default=120)
+    p.add_argument("--done", action="append", default=[],
+                   help="records of earlier calls: their tasks are left out, their records kept")
     opts = p.parse_args()
+    try:
+        done = load_done(opts.done)
+    except (OSError, ValueError) as exc:
+        p.error(f"--done: {exc}")
+    recorded = {(int(r["level"]), r["task"]) for r in done if r.get("verdict") != "error"}
+    done = [r for r in done if (int(r["level"]), r["task"]) in recorded]
     corpus = opts.corpus or next((c for c in CORPORA if os.path.isdir(c)), None)
     if corpus is None or not os.path.isdir(corpus):
         print("skip: no KernelBench corpus (copy it to .corpus/kernelbench to carry it)")
@@ -182,10 +218,17 @@ def main() -> int:
         items = [(lv, path) for lv, path in items
                  if any(os.path.basename(path).startswith(w if not w.isdigit() else w + "_")
                         for w in want)]
+    items = [(lv, path) for lv, path in items
+             if (lv, os.path.basename(path)) not in recorded]
     items = items[opts.skip::max(1, opts.stride)]
     if opts.limit:
         items = items[:opts.limit]
     opts.bin = os.path.abspath(opts.bin)
+    try:
+        opts.version = subprocess.run([opts.bin, "--version"], capture_output=True, text=True,
+                                      timeout=30).stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        opts.version = None
     os.makedirs(opts.out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="ca-kbmem-")
     service = None
@@ -237,6 +280,8 @@ def main() -> int:
                 service.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 service.kill()
+    new = len(recs)
+    recs = done + recs  # the summary covers the earlier calls' records too
     by: dict[str, int] = {}
     for r in recs:
         by[r.get("verdict", "error")] = by.get(r.get("verdict", "error"), 0) + 1
@@ -251,7 +296,8 @@ def main() -> int:
             if r.get("footprint_bytes") and r["footprint_bytes"] >= GIB
             and r.get("peak_reserved_bytes")]
     idle = [r["idle_reserved_bytes"] for r in recs if r.get("idle_reserved_bytes") is not None]
-    summary = {"corpus": corpus, "levels": levels, "tasks": len(items), "done": len(recs),
+    summary = {"corpus": corpus, "levels": levels, "tasks": len(items), "done": new,
+               "earlier": len(done), "binaries": sorted({str(r.get("binary")) for r in recs}),
                "stopped": stopped, "verdicts": by, "oom_charged_to_candidate": oom_charged,
                "max_peak_over_footprint": max(ratios) if ratios else None,
                "max_both_reserved_over_footprint_1gib": max(both) if both else None,
@@ -267,7 +313,8 @@ def main() -> int:
         print(f"{lv:>5} {len(rs):>5} " + " ".join(
             f"{sum(1 for r in rs if r.get('verdict') == v):>14}"
             for v in ("correct", "failed", "infrastructure", "error")))
-    print(json.dumps({k: summary[k] for k in ("done", "tasks", "stopped", "verdicts",
+    print(json.dumps({k: summary[k] for k in ("done", "tasks", "earlier", "binaries", "stopped",
+                                              "verdicts",
                                               "oom_charged_to_candidate",
                                               "max_peak_over_footprint",
                                               "max_both_reserved_over_footprint_1gib",
