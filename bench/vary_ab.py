@@ -96,9 +96,9 @@ def child(args) -> dict:
         order = makers if r % 2 == 0 else makers[::-1]  # ABC CBA
         for name, fn in fns.items():
             for m in order:
-                base = m.split("+")[0]
-                make = (scale_only([x], timing) if base == "scale" else per_call([x], timing)
-                        if base == "percall" else timing.varied_copies([x]))
+                maker = {"scale": scale_only, "percall": per_call,
+                         "block": lambda inputs, _t: timing.varied_copies(inputs)}
+                make = maker[m.split("+")[0]]([x], timing)
                 timing.L2Flusher.__call__ = read_flush if m.endswith("+read") else zero_flush
                 st = timing.measure(fn, make, dev, args.budget_ms, args.timing)
                 out[name][m].append({k: st.get(k) for k in (

@@ -243,16 +243,18 @@ class FactorBlocks:
     vector (a 1-D input: its length is its size) holds fewer calls, down to one. The values are
     those of varied_inputs(inputs, k) with no blocks, bit for bit: a row of a block and a block
     of one row are computed by the same elementwise steps. Held by the make_inputs of one
-    measurement and freed with it: nothing stays between jobs."""
+    measurement and freed with it: nothing stays between jobs. calls=1: each vector made for
+    its call alone (varied_inputs without blocks)."""
 
-    def __init__(self) -> None:
+    def __init__(self, calls: int = BLOCK_CALLS) -> None:
+        self._calls = calls
         self._blocks: dict[tuple[int, str, Any], tuple[int, Any]] = {}
 
     def vector(self, n: int, k: int, device: Any, dtype: Any) -> Any:
         key = (n, str(device), dtype)
         hit = self._blocks.get(key)
         if hit is None or not hit[0] <= k < hit[0] + hit[1].shape[0]:
-            count = max(1, min(BLOCK_CALLS, _BLOCK_BYTES // (8 * n)))
+            count = max(1, min(self._calls, _BLOCK_BYTES // (8 * n)))
             hit = self._blocks[key] = (k, _sum_factor_rows(n, k, count, device, dtype))
         return hit[1][k - hit[0]]
 
@@ -263,19 +265,8 @@ def varied_inputs(inputs: Sequence[Any], k: int, blocks: FactorBlocks | None = N
     any timed call (the timed-call check, harness/session.py). A timing loop passes its
     FactorBlocks, so that the vectors are made a block of calls at a time; without, call k's
     vector of each length (and device and dtype) is made for this call alone."""
-    blocks = blocks if blocks is not None else _OneCall()
+    blocks = blocks if blocks is not None else FactorBlocks(calls=1)
     return [_varied_copy(x, k, blocks) for x in inputs]
-
-
-class _OneCall(FactorBlocks):
-    """FactorBlocks for one call: each vector made for that call alone."""
-
-    def vector(self, n: int, k: int, device: Any, dtype: Any) -> Any:
-        key = (n, str(device), dtype)
-        hit = self._blocks.get(key)
-        if hit is None:
-            hit = self._blocks[key] = (k, _sum_factor_rows(n, k, 1, device, dtype))
-        return hit[1][0]
 
 
 def _sum_factor_rows(n: int, k0: int, count: int, device: Any, dtype: Any) -> Any:
