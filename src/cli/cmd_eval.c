@@ -33,7 +33,8 @@ static int eval_doctor(void)
 int cmd_eval(int argc, char **argv)
 {
     struct eval_opts o = {0};
-    bool as_json = false, doctor = false;
+    bool as_json = false, doctor = false, policy_only = false, compile_only = false,
+         verify_only = false;
     int64_t seeds = 0, timeout_s = 0, budget_ms = 0;
     const char *atol = NULL, *rtol = NULL, *server = NULL;
     struct cli_bus bus = CLI_BUS_INIT;
@@ -63,8 +64,10 @@ int cmd_eval(int argc, char **argv)
          600000},
         {"cache-dir", 0, CLI_OPT_STRING, &o.cache_dir, "DIR",
          "evaluator cache (default $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent)"},
-        {"compile-only", 0, CLI_OPT_FLAG, &o.compile_only, NULL, "stop after compiling"},
-        {"verify-only", 0, CLI_OPT_FLAG, &o.verify_only, NULL, "stop after verification"},
+        {"policy-only", 0, CLI_OPT_FLAG, &policy_only, NULL,
+         "stop after the static policy (nothing is compiled or run)"},
+        {"compile-only", 0, CLI_OPT_FLAG, &compile_only, NULL, "stop after compiling"},
+        {"verify-only", 0, CLI_OPT_FLAG, &verify_only, NULL, "stop after verification"},
         {"no-compile-baseline", 0, CLI_OPT_FLAG, &o.no_compile_baseline, NULL,
          "time PyTorch eager only (KernelBench's baseline), not torch.compile"},
         {"no-sandbox", 0, CLI_OPT_FLAG, &o.no_sandbox, NULL,
@@ -128,8 +131,14 @@ int cmd_eval(int argc, char **argv)
     o.seeds = (int)seeds;
     o.timeout_ms = timeout_s * 1000;
     o.budget_ms = budget_ms;
+    o.stop = policy_only    ? EVAL_STOP_POLICY
+             : compile_only ? EVAL_STOP_COMPILE
+             : verify_only  ? EVAL_STOP_VERIFY
+                            : EVAL_STOP_REWARD;
     const char *bad = NULL;
-    if (o.device && strcmp(o.device, "cuda") && strcmp(o.device, "cpu"))
+    if (policy_only + compile_only + verify_only > 1)
+        bad = "--policy-only, --compile-only and --verify-only exclude each other";
+    else if (o.device && strcmp(o.device, "cuda") && strcmp(o.device, "cpu"))
         bad = "--device must be cuda or cpu";
     else if (o.timing && strcmp(o.timing, "events") && strcmp(o.timing, "kernel") &&
              strcmp(o.timing, "device"))

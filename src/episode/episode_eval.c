@@ -67,12 +67,13 @@ static int exit_for(int rc)
 static json_t *run_one(struct episode__evals *ev, const char *command)
 {
     struct eval_opts eo = {.workspace = ev->workspace};
-    eo.compile_only = strcmp(command, "compile") == 0;
-    eo.verify_only = strcmp(command, "verify") == 0;
+    eo.stop = strcmp(command, "compile") == 0  ? EVAL_STOP_COMPILE
+              : strcmp(command, "verify") == 0 ? EVAL_STOP_VERIFY
+                                               : EVAL_STOP_REWARD;
     eo.device = ev->device;
     int64_t seq = ev->seq + 1;
     char *keep = xstrfmt("%s/evals/%lld", ev->dir, (long long)seq);
-    if (!eo.compile_only)
+    if (eo.stop != EVAL_STOP_COMPILE)
         eo.keep_dir = keep;
     struct ca_err err = {0};
     json_t *report = NULL;

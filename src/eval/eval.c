@@ -34,6 +34,8 @@
 
 #define HARNESS_SLACK_MS 60000
 
+const char *const eval_stop_names[] = {"full", "policy", "compile", "verify", NULL};
+
 const char *eval_python(void)
 {
     const char *p = getenv("CUDA_AGENT_PYTHON");
@@ -194,7 +196,8 @@ static int take_task(const struct eval_opts *o, const char *snap, json_t *report
  * cannot be extracted sets *rejected and the report's message; that is the candidate's result.
  */
 static int take_kernelbench(const struct eval_opts *o, const char *cache, const char *snap,
-                            json_t *report, json_t **files, bool *rejected, struct ca_err *err)
+                            json_t *report, json_t **files, json_t **lines, bool *rejected,
+                            struct ca_err *err)
 {
     struct buf base, dir;
     buf_init(&base, CA_LIMIT_PATH);
@@ -223,6 +226,7 @@ static int take_kernelbench(const struct eval_opts *o, const char *cache, const 
                                       json_object_get(json_array_get(modules, 0), "name"),
                                       "functions", json_object_get(summary, "functions"), "modules",
                                       modules));
+        *lines = json_incref(json_object_get(summary, "lines"));
     }
     json_decref(summary);
     json_decref(problem);
@@ -236,14 +240,28 @@ static int take_kernelbench(const struct eval_opts *o, const char *cache, const 
     return rc;
 }
 
+/* The compiler's diagnostics as the report's message; a KernelBench file's placed in it too. */
+static void compile_message(json_t *report, const struct compile_report *cr,
+                            const struct eval_opts *o, json_t *kb_lines)
+{
+    struct sv log = sv_from(cr->errors.data, cr->errors.len);
+    struct buf placed;
+    buf_init(&placed, 2 * cr->errors.len + CA_LIMIT_PATH * COMPILE_ERROR_LINES + 1);
+    if (kb_lines && eval__kernelbench_place_log(log, o->kernelbench_file, kb_lines, &placed) == 0)
+        log = sv_from(placed.data, placed.len);
+    json_object_set_new(report, "message", json_stringn(log.p, log.len));
+    buf_release(&placed);
+}
+
 /*
  * The source and model_new.py checks, into pr (the caller's: its notes come back when the built
  * object is judged). Names read in sources are notes; syntax and model_new.py findings decide.
  */
-static bool run_policy(const char *snap, const json_t *files, bool inline_cuda,
-                       struct policy_report *pr_out, json_t *report, struct ca_err *err,
-                       int *rc_out)
+static bool run_policy(const char *snap, const json_t *files, const struct eval_opts *o,
+                       json_t *kb_lines, struct policy_report *pr_out, json_t *report,
+                       struct ca_err *err, int *rc_out)
 {
+    bool inline_cuda = o->kernelbench_file != NULL;
     struct policy_report *pr = pr_out;
     int rc = 0;
     size_t i;
@@ -276,6 +294,8 @@ static bool run_policy(const char *snap, const json_t *files, bool inline_cuda,
     }
     buf_release(&path);
     buf_release(&code);
+    if (kb_lines) /* findings where the candidate wrote them, not in the generated files */
+        policy_report_set_origins(pr, o->kernelbench_file, eval__kernelbench_origin, kb_lines);
     json_t *pj = policy_report_to_json(pr);
     if (!have_model_new && rc == 0)
         json_object_set_new(pj, "missing", json_string("model_new.py"));
@@ -392,7 +412,7 @@ static int run_harness(const struct eval_opts *o, const char *cache, const char 
     argv[n++] = budget;
     argv[n++] = "--baseline-cache";
     argv[n++] = baselines.data;
-    if (o->verify_only)
+    if (o->stop == EVAL_STOP_VERIFY)
         argv[n++] = "--no-timing";
     if (o->no_compile_baseline)
         argv[n++] = "--no-compile";
@@ -608,7 +628,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     buf_init(&snap, CA_LIMIT_PATH);
     buf_init(&so, CA_LIMIT_PATH);
     buf_init(&ccache, CA_LIMIT_PATH);
-    json_t *files = NULL;
+    json_t *files = NULL, *kb_lines = NULL;
     struct compile_report cr;
     compile_report_init(&cr);
     struct policy_report pr;
@@ -646,7 +666,8 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     if (kb) {
         rc = take_task(o, snap.data, report, err);
         if (rc == 0)
-            rc = take_kernelbench(o, cache.data, snap.data, report, &files, &rejected, err);
+            rc = take_kernelbench(o, cache.data, snap.data, report, &files, &kb_lines, &rejected,
+                                  err);
         stage_time(report, "extract", ts);
         if (rc == 0 && rejected) {
             rc = finish(report, "extract", false, false, err);
@@ -671,12 +692,17 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
 
     ts = ca_now_us();
     int prc = 0;
-    bool policy_ok = run_policy(snap.data, files, kb, &pr, report, err, &prc);
+    bool policy_ok = run_policy(snap.data, files, o, kb_lines, &pr, report, err, &prc);
     stage_time(report, "policy", ts);
     if ((rc = prc) != 0)
         goto out;
     if (!policy_ok) {
         rc = finish(report, "policy", false, false, err);
+        goto out;
+    }
+    if (o->stop == EVAL_STOP_POLICY) {
+        json_object_set_new(report, "stage", json_string("policy"));
+        json_object_set_new(report, "ok", json_true());
         goto out;
     }
 
@@ -696,14 +722,14 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
         /* Without PyTorch the kernels were still compiled: their errors are the agent's to
          * fix first, whatever else is missing here. */
         json_object_set_new(report, "unavailable", json_string(err->msg));
-        json_object_set_new(report, "message", json_stringn(cr.errors.data, cr.errors.len));
+        compile_message(report, &cr, o, kb_lines);
         rc = finish(report, "compile", false, false, err);
         goto out;
     }
     if (rc)
         goto out;
     if (!cr.ok) {
-        json_object_set_new(report, "message", json_stringn(cr.errors.data, cr.errors.len));
+        compile_message(report, &cr, o, kb_lines);
         rc = finish(report, "compile", false, false, err);
         goto out;
     }
@@ -715,7 +741,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
         rc = finish(report, "policy", false, false, err);
         goto out;
     }
-    if (o->compile_only) {
+    if (o->stop == EVAL_STOP_COMPILE) {
         json_object_set_new(report, "stage", json_string("compile"));
         json_object_set_new(report, "ok", json_true());
         goto out;
@@ -749,7 +775,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
         json_object_set_new(report, "infrastructure_error", json_true());
         goto out;
     }
-    if (o->verify_only) {
+    if (o->stop == EVAL_STOP_VERIFY) {
         json_object_set_new(report, "stage", json_string("verify"));
         json_object_set_new(report, "ok", json_boolean(correct));
         goto out;
@@ -759,6 +785,7 @@ int eval_run(const struct eval_opts *o, json_t **report_out, struct ca_err *err)
     rc = finish(report, correct ? "done" : in_timing ? "timing" : "verify", true, correct, err);
 out:
     json_decref(files);
+    json_decref(kb_lines);
     compile_report_release(&cr);
     policy_report_release(&pr);
     buf_release(&ccache);

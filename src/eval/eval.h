@@ -25,6 +25,15 @@
 
 struct gpupool;
 
+/* Where eval_run stops: at the reward (the default); after the static policy, before any
+ * compiler runs (a quick check of what the stages after it would refuse outright); after
+ * compiling (the workspace's ./compile); after verification (./verify). */
+enum eval_stop { EVAL_STOP_REWARD = 0, EVAL_STOP_POLICY, EVAL_STOP_COMPILE, EVAL_STOP_VERIFY };
+
+/* Each stop's name in a service or job-bus request's "mode", indexed by enum eval_stop and
+ * ended by NULL: "full", "policy", "compile", "verify". */
+extern const char *const eval_stop_names[];
+
 struct eval_opts {
     const char *workspace; /* the episode workspace; NULL with kernelbench_file */
     const char *task_ref;  /* optional: the task (else the workspace's model.py) */
@@ -46,8 +55,7 @@ struct eval_opts {
     const char *cache_dir;     /* NULL: $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent */
     bool no_sandbox;           /* compilers run without the sandbox (hosts without namespaces) */
     bool no_candidate_sandbox; /* candidates run without the sandbox (also implied by no_sandbox) */
-    bool verify_only;          /* stop after verification (the workspace's ./verify) */
-    bool compile_only;         /* stop after compilation (./compile) */
+    enum eval_stop stop;       /* where the pipeline stops (the reward by default) */
     bool no_compile_baseline;  /* time eager only, no torch.compile baseline (reward: eager) */
     struct gpupool *pool;      /* warm GPU runners (the evaluator service); NULL: one-shot */
     const char *keep_dir;      /* when set: the evaluated files are copied here (made) */

@@ -14,6 +14,7 @@
 #include "eval/eval_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,8 @@ static int read_answer(const struct proc_result *res, json_t **summary, json_t *
                              err);
     if (!rc && json_array_size(modules) == 0)
         rc = err_setf(err, CA_EPARSE, "kernelbench_extract.py extracted no module");
+    if (!rc && !json_is_object(json_object_get(root, "lines")))
+        rc = err_setf(err, CA_EPARSE, "kernelbench_extract.py's answer has no \"lines\" object");
     if (rc) {
         json_decref(root);
         return rc;
@@ -133,5 +136,77 @@ int eval__kernelbench_extract(const char *file, const char *out_dir, json_t **su
 out:
     proc_result_release(&res);
     free(python);
+    return rc;
+}
+
+unsigned eval__kernelbench_origin(void *lines, const char *file, unsigned line)
+{
+    if (strcmp(file, "model_new.py") == 0)
+        return line;
+    size_t i;
+    json_t *run;
+    json_array_foreach(json_object_get(lines, file), i, run)
+    {
+        json_int_t at = json_integer_value(json_array_get(run, 0));
+        json_int_t from = json_integer_value(json_array_get(run, 1));
+        json_int_t count = json_integer_value(json_array_get(run, 2));
+        if (at > 0 && from > 0 && line >= at && line - at < count && from + (line - at) <= UINT_MAX)
+            return (unsigned)(from + (line - at));
+    }
+    return 0;
+}
+
+/* "kernels/NAME:LINE[:COL]:" at the start of `line`: *path "kernels/NAME", *at LINE, *col
+ * ":COL" or empty, *rest from the colon that ends them on; else false. */
+static bool log_place(struct sv line, struct sv *path, unsigned *at, struct sv *col,
+                      struct sv *rest)
+{
+    if (!sv_starts_with(line, sv_cstr("kernels/")))
+        return false;
+    long colon = sv_find_ch(line, ':');
+    if (colon <= 0)
+        return false;
+    *path = sv_sub(line, 0, (size_t)colon);
+    for (size_t i = 0; i < path->len; i++)
+        if (path->p[i] == ' ' || path->p[i] == '\t')
+            return false;
+    struct sv tail = sv_sub(line, (size_t)colon + 1, line.len - (size_t)colon - 1);
+    long end = sv_find_ch(tail, ':');
+    uint64_t n;
+    struct ca_err ignored;
+    if (end <= 0 || sv_parse_u64(sv_sub(tail, 0, (size_t)end), &n, "line", &ignored) || n == 0 ||
+        n > UINT_MAX)
+        return false;
+    *at = (unsigned)n;
+    *rest = sv_sub(tail, (size_t)end, tail.len - (size_t)end);
+    size_t d = 1;
+    while (d < rest->len && rest->p[d] >= '0' && rest->p[d] <= '9')
+        d++;
+    *col = sv_sub(*rest, 0, d > 1 && d < rest->len && rest->p[d] == ':' ? d : 0);
+    *rest = sv_sub(*rest, col->len, rest->len - col->len);
+    return true;
+}
+
+int eval__kernelbench_place_log(struct sv log, const char *file, json_t *lines, struct buf *out)
+{
+    struct sv line;
+    bool nl;
+    int rc = 0;
+    while (rc == 0 && sv_next_line(&log, &line, &nl)) {
+        struct sv path, col, rest;
+        unsigned at = 0, from = 0;
+        if (log_place(line, &path, &at, &col, &rest)) {
+            char *name = sv_dup(path);
+            from = eval__kernelbench_origin(lines, name, at);
+            free(name);
+        }
+        if (from)
+            rc = buf_addf(out, "%s:%u (" SV_FMT ":%u" SV_FMT ")" SV_FMT, file, from, SV_ARG(path),
+                          at, SV_ARG(col), SV_ARG(rest));
+        else
+            rc = buf_add(out, line.p, line.len);
+        if (rc == 0 && nl)
+            rc = buf_addch(out, '\n');
+    }
     return rc;
 }

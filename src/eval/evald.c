@@ -73,7 +73,6 @@ static const char *opt_str(const json_t *req, const char *key, const char *const
 static int parse_request(const struct evald_host *d, const json_t *req, struct eval_opts *eo,
                          struct ca_err *err)
 {
-    static const char *const modes[] = {"full", "verify", "compile", NULL};
     static const char *const timings[] = {"events", "kernel", "device", NULL};
     static const char *const precisions[] = {"strict", "tf32", NULL};
     static const char *const rule_sets[] = {"cuda-agent", "kernelbench", NULL};
@@ -93,19 +92,21 @@ static int parse_request(const struct evald_host *d, const json_t *req, struct e
         return err_setf(err, CA_EUSAGE, "request needs \"workspace\": an absolute path");
     }
     eo->keep_dir = opt_str(req, "keep_dir", NULL, NULL, err, &rc);
-    const char *mode = opt_str(req, "mode", modes, "full", err, &rc);
+    const char *mode = opt_str(req, "mode", eval_stop_names, "full", err, &rc);
     eo->timing = opt_str(req, "timing", timings, d->o->base.timing, err, &rc);
     eo->precision = opt_str(req, "precision", precisions, d->o->base.precision, err, &rc);
     eo->rules = opt_str(req, "rules", rule_sets, d->o->base.rules, err, &rc);
     if (rc)
         return rc;
-    eo->verify_only = strcmp(mode, "verify") == 0;
+    eo->stop = EVAL_STOP_REWARD;
+    for (int i = 0; eval_stop_names[i]; i++)
+        if (strcmp(mode, eval_stop_names[i]) == 0)
+            eo->stop = (enum eval_stop)i;
     json_t *cb = json_object_get(req, "compile_baseline");
     if (cb && !json_is_boolean(cb))
         return err_setf(err, CA_EUSAGE, "\"compile_baseline\" must be true or false");
     if (cb)
         eo->no_compile_baseline = json_is_false(cb);
-    eo->compile_only = strcmp(mode, "compile") == 0;
     int64_t i64;
     if (jsonx_get_int(req, "seeds", false, &i64, "request", err) == 0 &&
         json_object_get(req, "seeds")) {
@@ -361,8 +362,7 @@ out:
 json_t *evald_request_for(const struct eval_opts *o)
 {
     char abs[PATH_MAX];
-    const char *mode = o->compile_only ? "compile" : o->verify_only ? "verify" : "full";
-    json_t *req = json_pack("{s:s, s:s}", "op", "eval", "mode", mode);
+    json_t *req = json_pack("{s:s, s:s}", "op", "eval", "mode", eval_stop_names[o->stop]);
     if (o->workspace)
         json_object_set_new(req, "workspace",
                             json_string(realpath(o->workspace, abs) ? abs : o->workspace));

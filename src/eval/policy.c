@@ -135,6 +135,7 @@ void policy_report_release(struct policy_report *rep)
         free(rep->items[i].file);
         free(rep->items[i].rule);
         free(rep->items[i].message);
+        free(rep->items[i].origin_file);
     }
     free(rep->items);
     enum policy_rules rules = rep->rules;
@@ -185,7 +186,23 @@ static void add(struct policy_report *rep, bool advisory, const char *file, unsi
     v->rule = xstrdup(rule);
     v->message = xstrdup(msg);
     v->advisory = advisory;
+    v->origin_file = NULL;
+    v->origin_line = 0;
     rep->notes += advisory;
+}
+
+void policy_report_set_origins(struct policy_report *rep, const char *origin_file,
+                               unsigned (*origin)(void *ctx, const char *file, unsigned line),
+                               void *ctx)
+{
+    for (size_t i = 0; i < rep->n; i++) {
+        struct policy_violation *v = &rep->items[i];
+        unsigned at = v->line ? origin(ctx, v->file, v->line) : 0;
+        if (!at || v->origin_file)
+            continue;
+        v->origin_file = xstrdup(origin_file);
+        v->origin_line = at;
+    }
 }
 
 void policy_report_addf(struct policy_report *rep, const char *file, unsigned line,
@@ -231,6 +248,12 @@ static json_t *items_to_json(const struct policy_report *rep, bool advisory)
         /* Messages quote names from the agent's files, which may not be valid UTF-8. */
         json_t *m = jsonx_string(sv_cstr(v->message));
         json_object_set_new(o, "message", m ? m : json_string("(message not valid UTF-8)"));
+        if (v->origin_file) {
+            json_t *f = jsonx_string(sv_cstr(v->origin_file));
+            json_object_set_new(o, "origin",
+                                json_pack("{s:o, s:I}", "file", f ? f : json_string("?"), "line",
+                                          (json_int_t)v->origin_line));
+        }
         json_array_append_new(arr, o);
     }
     return arr;
@@ -250,6 +273,9 @@ json_t *policy_report_to_json(const struct policy_report *rep)
 
 static int format_item(const struct policy_violation *v, const char *tag, struct buf *out)
 {
+    if (v->origin_file)
+        return buf_addf(out, "%s:%u (%s:%u): %s%s: %s\n", v->origin_file, v->origin_line, v->file,
+                        v->line, tag, v->rule, v->message);
     if (v->line)
         return buf_addf(out, "%s:%u: %s%s: %s\n", v->file, v->line, tag, v->rule, v->message);
     return buf_addf(out, "%s: %s%s: %s\n", v->file, tag, v->rule, v->message);

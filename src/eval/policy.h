@@ -80,6 +80,10 @@ struct policy_violation {
     char *rule;    /* stable id such as "process" or "torch-compute" */
     char *message; /* for the agent: what, which rule, what to do instead */
     bool advisory; /* a note: reported, never fails the candidate */
+    /* Where the line was written when `file` was generated from another (a KernelBench file's
+     * load_inline sources): that file and line, else NULL and 0. */
+    char *origin_file;
+    unsigned origin_line;
 };
 
 struct policy_report {
@@ -110,13 +114,24 @@ void policy_report_addf(struct policy_report *rep, const char *file, unsigned li
 void policy_report_add_note(struct policy_report *rep, const char *file, unsigned line,
                             const char *rule, const char *message);
 
+/*
+ * Give each finding with a line the place that line was written, where the checked files were
+ * generated from `origin_file` (a KernelBench file): origin(ctx, file, line) returns the line of
+ * origin_file, or 0 for a line written by the generator (the finding then keeps its own place).
+ */
+void policy_report_set_origins(struct policy_report *rep, const char *origin_file,
+                               unsigned (*origin)(void *ctx, const char *file, unsigned line),
+                               void *ctx);
+
 /* {"ok": bool, "rules": "cuda-agent"|"kernelbench", "violations": [{"file","line","rule",
- * "message"}...], "notes": [...], "dropped": N, "notes_dropped": N}; new ref. */
+ * "message"[, "origin": {"file","line"}]}...], "notes": [...], "dropped": N,
+ * "notes_dropped": N}; new ref. */
 json_t *policy_report_to_json(const struct policy_report *rep);
 /*
  * Append the report for the agent: one "FILE:LINE: RULE: MESSAGE" line per violation ("FILE:
- * RULE: ..." without a line), at most POLICY_FORMAT_LINES of them, then "... and N more
- * violations" when there are more. Nothing is appended for an empty report.
+ * RULE: ..." without a line; "ORIGIN:LINE (FILE:LINE): ..." with an origin), at most
+ * POLICY_FORMAT_LINES of them, then "... and N more violations" when there are more. Nothing is
+ * appended for an empty report.
  */
 int policy_report_format(const struct policy_report *rep, struct buf *out) WARN_UNUSED_RESULT;
 /*

@@ -123,6 +123,10 @@ run "$CA" eval --server "$SOCK" --json "$PWD/good"
 expect "again" 0
 assert "everything came from the cache" [ "$(field compile.link.cached)" = True ]
 
+run "$CA" eval --server "$SOCK" --json --policy-only "$PWD/wrong"
+expect "--policy-only through the service: the static policy only" 0 '"stage": "policy"'
+assert "... nothing compiled or run" [ "$(field compile):$(field harness)" = None:None ]
+
 run "$CA" eval --server "$SOCK" --json "$PWD/wrong"
 expect "wrong output: reward -1" 1 '"kind": "mismatch"'
 assert "stage verify" [ "$(field stage)" = verify ]

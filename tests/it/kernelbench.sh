@@ -84,11 +84,22 @@ expect "policy violations: reward -1" 1 '"reason": "the static policy refused th
 assert "policy: stage" [ "$(field 'd["stage"]')" = policy ]
 assert "policy: the launch without a stream is a note" [ "$(field '[(n["rule"], n["file"]) for n in d["policy"]["notes"] if n["rule"] == "stream"]')" = "[('stream', 'kernels/kb_swish_scale_bias_ext.cu')]" ]
 assert "policy: and no violation" [ "$(field '[v for v in d["policy"]["violations"] if v["rule"] == "stream"]')" = "[]" ]
-assert "policy: model_new.py keeps the file's line numbers" grep -q "model_new.py:$line: torch-compute" "$OUT"
+assert "policy: the finding is placed in the candidate's file (model_new.py keeps its lines)" \
+    grep -q "policy.py:$line (model_new.py:$line): torch-compute" "$OUT"
+launch=$(grep -n ">>>(" policy.py | head -1 | cut -d: -f1)
+assert "policy: a note in the generated .cu is placed on the candidate's line ($launch)" \
+    [ "$(field '[(n["origin"]["file"], n["origin"]["line"]) for n in d["policy"]["notes"] if n["rule"] == "stream"]')" = "[('policy.py', $launch)]" ]
 assert "policy: kernelbench section" [ "$(field '(d["kernelbench"]["name"], d["kernelbench"]["functions"])')" = "('swish_scale_bias_ext', ['swish_scale_bias'])" ]
 assert "policy: extracted files listed" [ "$(field 'sorted(d["files"])')" = "['kernels/kb_swish_scale_bias_ext.cu', 'kernels/kb_swish_scale_bias_ext_binding.cpp', 'model_new.py']" ]
 run "$CA" eval --task "$TASK" --kernelbench-file policy.py
 expect "human report names the file and functions" 1 "kernelbench: policy.py (functions: swish_scale_bias)"
+run "$CA" eval --json --policy-only --task "$TASK" --kernelbench-file policy.py
+expect "--policy-only: the same refusal" 1 '"reason": "the static policy refused the code"'
+run "$CA" eval --json --policy-only --task "$TASK" --kernelbench-file "$KB"
+expect "--policy-only: a clean file stops after the policy, nothing compiled" 0 '"stage": "policy"'
+assert "... no compile report" [ "$(field '"compile" in d')" = False ]
+run "$CA" eval --policy-only --verify-only --task "$TASK" --kernelbench-file "$KB"
+expect "--policy-only with another stop is a usage error" 2 "" "exclude each other"
 
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
     for f in "$CA_REPO"/examples/kernelbench/*.py; do
@@ -119,6 +130,21 @@ import json, sys
 units = json.load(open(sys.argv[1]))["compile"]["units"]
 cu = [u for u in units if u["role"] == "cu-torch"]
 sys.exit(0 if cu and not any(u["split"] or u["cached"] for u in cu) else 1)' "$OUT"
+        # A compiler error in the kernel source: named where the candidate wrote it, beside the
+        # generated file's line (the compiler's own).
+        python3 - "$KB" <<'EOF'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+at = next(i for i, l in enumerate(lines) if l.startswith("__global__ void swish_scale_bias_vec4"))
+at += next(k for k, l in enumerate(lines[at:]) if l == "{") + 1
+lines.insert(at, "    int broken = not_declared_here;")
+open("broken.py", "w").write("\n".join(lines))
+EOF
+        line=$(grep -n "not_declared_here" broken.py | cut -d: -f1)
+        run "$CA" eval --compile-only --task "$TASK" --kernelbench-file broken.py
+        expect "a compile error: reward -1" 1 "compilation failed"
+        assert "... placed on the candidate's line $line, beside the generated file's" \
+            grep -Eq "^broken.py:$line \\(kernels/kb_swish_scale_bias_ext.cu:[0-9]+\\): error: identifier \"not_declared_here\" is undefined" "$OUT"
     fi
 else
     skip nvcc "--compile-only cases" "nvcc not found"

@@ -1,6 +1,5 @@
 """Shared helpers of the tests/py/test_synth_*.py files: the harness on sys.path, one crawled
 catalog per test process, and where the shared corpora are."""
-import os
 import pathlib
 import sys
 
@@ -8,6 +7,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "harness"))
+
+import corpora  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the synth filters need it)")
 
@@ -23,11 +24,7 @@ def catalog():
 
 def kernelbench():
     """The KernelBench tree under the shared corpora, or None."""
-    for base in (os.environ.get("CA_CORPORA"), ROOT.parent / "shared" / "corpora",
-                 "/work/shared/corpora"):
-        if base and (pathlib.Path(base) / "kernelbench" / "level1").is_dir():
-            return pathlib.Path(base) / "kernelbench"
-    return None
+    return corpora.find("kernelbench", "level1")
 
 
 CPU_CFG = {"device": "cpu", "compile_backend": "aot_eager", "min_ms": 0.0, "max_ms": 1e9,

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+import corpora
 from synth_util import CPU_CFG, catalog, kernelbench
 import synth_compose
 import synth_filter
@@ -119,7 +120,7 @@ def test_similarity_rejects_a_near_copy_and_keeps_a_different_task(tmp_path):
 def test_kernelbench_near_copy_is_rejected_and_composed_tasks_pass():
     kb = kernelbench()
     if kb is None:
-        pytest.skip("no KernelBench tree under ../shared/corpora or /work/shared/corpora")
+        pytest.skip("no KernelBench tree under " + corpora.where())
     corpus = synth_filter.Corpus(str(kb))
     assert len(corpus.items) >= 250
     src = (kb / "level2" / "1_Conv2D_ReLU_BiasAdd.py").read_text()

@@ -6,6 +6,7 @@
 
 #include "core/buf.h"
 #include "eval/eval.h"
+#include "eval/eval_internal.h"
 #include "eval/eval_report.h"
 
 static const char *FULL =
@@ -137,4 +138,48 @@ TEST(eval_timing_defaults_by_rules_and_device)
     o.device = "cuda";
     o.timing = "device";
     CHECK_STR(eval_timing(&o), "device");
+}
+
+/* A KernelBench file's generated lines placed in it: kernels/kb_m.cu's lines 5-7 are lines
+ * 20-22 of the file, its binding's line 6 is line 40; nothing else is placed. */
+TEST(kernelbench_places_generated_lines_in_the_candidates_file)
+{
+    json_t *lines = json_loads("{\"kernels/kb_m.cu\": [[5, 20, 3]],"
+                               " \"kernels/kb_m_binding.cpp\": [[6, 40, 1]]}",
+                               0, NULL);
+    REQUIRE(lines);
+    CHECK_EQ(eval__kernelbench_origin(lines, "kernels/kb_m.cu", 5), 20);
+    CHECK_EQ(eval__kernelbench_origin(lines, "kernels/kb_m.cu", 7), 22);
+    CHECK_EQ(eval__kernelbench_origin(lines, "kernels/kb_m.cu", 4), 0); /* the prelude */
+    CHECK_EQ(eval__kernelbench_origin(lines, "kernels/kb_m.cu", 8), 0);
+    CHECK_EQ(eval__kernelbench_origin(lines, "kernels/kb_m_binding.cpp", 6), 40);
+    CHECK_EQ(eval__kernelbench_origin(lines, "kernels/other.cu", 5), 0);
+    CHECK_EQ(eval__kernelbench_origin(lines, "model_new.py", 33), 33); /* FILE's own lines */
+
+    const char *log = "kernels/kb_m.cu:6: error: identifier \"x\" is undefined\n"
+                      "      int y = x;\n"
+                      "kernels/kb_m.cu:2:10: fatal error: nothing.h: No such file\n"
+                      "kernels/kb_m_binding.cpp:6:3: error: expected ';'\n"
+                      "kernels/kb m.cu:6: error: a path with a space\n"
+                      "kernels/kb_m.cu:x: error: no line\n"
+                      "in kernels/kb_m.cu:6: not at the start\n"
+                      "kernels/kb_m.cu:99999999999: error: past any line";
+    struct buf out;
+    buf_init(&out, 4096);
+    REQUIRE(eval__kernelbench_place_log(sv_cstr(log), "cand.py", lines, &out) == 0);
+    CHECK_STR(out.data, "cand.py:21 (kernels/kb_m.cu:6): error: identifier \"x\" is undefined\n"
+                        "      int y = x;\n"
+                        "kernels/kb_m.cu:2:10: fatal error: nothing.h: No such file\n"
+                        "cand.py:40 (kernels/kb_m_binding.cpp:6:3): error: expected ';'\n"
+                        "kernels/kb m.cu:6: error: a path with a space\n"
+                        "kernels/kb_m.cu:x: error: no line\n"
+                        "in kernels/kb_m.cu:6: not at the start\n"
+                        "kernels/kb_m.cu:99999999999: error: past any line");
+    /* Bounded like any buf: a log that does not fit fails, and the caller keeps the raw log. */
+    struct buf tiny;
+    buf_init(&tiny, 16);
+    CHECK(eval__kernelbench_place_log(sv_cstr(log), "cand.py", lines, &tiny) != 0);
+    buf_release(&tiny);
+    buf_release(&out);
+    json_decref(lines);
 }

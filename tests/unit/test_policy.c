@@ -274,6 +274,49 @@ TEST(report_json)
     json_decref(j);
 }
 
+/* A generated file's lines, placed in the file they were written in: line L of kernels/g.cu is
+ * line L + 10 of cand.py, except line 1 (the generator's own); other files have no place. */
+static unsigned place(void *ctx, const char *file, unsigned line)
+{
+    (*(int *)ctx)++;
+    return strcmp(file, "kernels/g.cu") == 0 && line > 1 ? line + 10 : 0;
+}
+
+TEST(report_origins_place_findings_in_the_candidates_file)
+{
+    struct policy_report rep;
+    policy_report_init(&rep);
+    policy_report_addf(&rep, "kernels/g.cu", 5, "process", "`fork` ...");
+    policy_report_addf(&rep, "kernels/g.cu", 1, "process", "`system` ...");
+    policy_report_addf(&rep, "kernels/g_binding.cpp", 3, "process", "`popen` ...");
+    policy_report_addf(&rep, "ext.so", 0, "process", "imports `fork`");
+    int calls = 0;
+    policy_report_set_origins(&rep, "cand.py", place, &calls);
+    CHECK_EQ(calls, 3); /* never asked for a finding without a line */
+    /* Set once: a second call does not move a placed finding again. */
+    policy_report_set_origins(&rep, "other.py", place, &calls);
+    json_t *j = policy_report_to_json(&rep);
+    json_t *v = json_object_get(j, "violations");
+    REQUIRE(json_array_size(v) == 4);
+    json_t *o = json_object_get(json_array_get(v, 0), "origin");
+    REQUIRE(json_is_object(o));
+    CHECK_STR(json_string_value(json_object_get(o, "file")), "cand.py");
+    CHECK_EQ(json_integer_value(json_object_get(o, "line")), 15);
+    CHECK_EQ(json_integer_value(json_object_get(json_array_get(v, 0), "line")), 5);
+    for (size_t i = 1; i < 4; i++)
+        CHECK(json_object_get(json_array_get(v, i), "origin") == NULL);
+    json_decref(j);
+    struct buf out;
+    buf_init(&out, 4096);
+    REQUIRE(policy_report_format(&rep, &out) == 0);
+    CHECK_STR(out.data, "cand.py:15 (kernels/g.cu:5): process: `fork` ...\n"
+                        "kernels/g.cu:1: process: `system` ...\n"
+                        "kernels/g_binding.cpp:3: process: `popen` ...\n"
+                        "ext.so: process: imports `fork`\n");
+    buf_release(&out);
+    policy_report_release(&rep);
+}
+
 TEST(rule_ids_have_summaries)
 {
     static const char *const ids[] = {
