@@ -16,6 +16,18 @@ from policy.vocab import (ALLOWED_HINT, ALLOWED_MODULES, BANNED_BUILTINS, CREATE
                           torch_path_problem)
 
 
+
+def target_names(target):
+    """The names an assignment target binds when it is a name or a tuple of them (nested
+    tuples included: `H, W = 32, 32` unpacks constants into constants), else None (a starred
+    name would bind a list, an attribute or subscript stores into another object)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Tuple):
+        names = [target_names(e) for e in target.elts]
+        return None if None in names else [n for group in names for n in group]
+    return None
+
 class StructureRules:
     """Pass 1 (policy.check.Checker mixes it in)."""
 
@@ -97,9 +109,11 @@ class StructureRules:
                 continue
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if node.value is None or not all(isinstance(t, ast.Name) for t in targets):
+                names = [target_names(t) for t in targets]
+                if node.value is None or None in names:
                     self.add(node, "structure", "module-level `%s`: only constants (NAME = "
-                             "number, string, tuple) may be assigned at module level" % src(node))
+                             "number, string, tuple; NAME, NAME = numbers...) may be assigned "
+                             "at module level" % src(node))
                     continue
                 if not self.constant_expr(node.value):
                     rule = "state" if isinstance(node.value, (ast.List, ast.Dict, ast.Set,
@@ -108,8 +122,8 @@ class StructureRules:
                     self.add(node, rule, "module-level `%s`: only constants (numbers, strings, "
                              "tuples, torch dtypes) may be assigned at module level; mutable "
                              "module state could carry results across calls" % src(node))
-                for t in targets:
-                    self.constants.add(t.id)
+                for group in names:
+                    self.constants.update(group)
                 continue
             if isinstance(node, ast.If) and "__name__" in ast.dump(node.test):
                 self.add(node, "structure", "`if __name__ == ...` block: model_new.py is "

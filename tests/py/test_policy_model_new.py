@@ -105,6 +105,35 @@ def test_locals_named_like_builtins_are_fine(tmp_path):
     assert check(tmp_path, body) == []
 
 
+def test_module_level_constants_may_be_unpacked(tmp_path):
+    # KernelBench files (and models writing model_new.py after them) keep the task's sizes at
+    # module level, often as `height, width = 32, 32`: constants into constants. Found on the
+    # leaderboard corpus, where 21 solutions were refused for it.
+    body = ("batch_size = 16\n"
+            "height, width = 32, 32\n"
+            "(D, H), W = (8, 16), 32\n"
+            "SHAPE: tuple = (4, 4)\n\n\n"
+            "class ModelNew(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return cuda_extension.f(x, height * width, D + H + W, batch_size)\n")
+    assert check(tmp_path, body) == []
+    # Still refused: a starred name (binds a list), a value that is not constant, a store into
+    # another object, and a subscript.
+    bad = ("a, *rest = 1, 2, 3\n"       # line 6
+           "h, w = [32, 32]\n"          # 7: a list
+           "p, q = cuda_extension.f\n"  # 8: a call's or object's value
+           "torch.x, y = 1, 2\n"        # 9
+           "z = {}\n"                   # 10
+           "z[0], t = 1, 2\n\n\n"      # 11
+           "class ModelNew(nn.Module):\n"
+           "    def forward(self, x):\n"
+           "        return cuda_extension.f(x)\n")
+    got = check(tmp_path, bad)
+    for line in (6, 9, 11):
+        assert "structure:%d" % line in got, got
+    assert "state:7" in got and "structure:8" in got and "state:10" in got, got
+
+
 def test_tensor_values_and_python_values(tmp_path):
     body = ("class ModelNew(nn.Module):\n"
             "    def __init__(self, k):\n"
