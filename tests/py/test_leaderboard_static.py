@@ -19,6 +19,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -157,3 +158,45 @@ def test_findings_point_at_the_line_the_candidate_wrote(cache):
                     checked["name"] += 1
     print("\nfindings checked against the candidate's line: %s" % dict(checked))
     assert checked["launch"] > 100 and checked["name"] > 100
+
+
+def need_compilers():
+    """nvcc and PyTorch (the bindings' headers), or a skip; a failure where $TEST_REQUIRE says
+    this host has them."""
+    required = set(os.environ.get("TEST_REQUIRE", "").split(","))
+    nvcc = shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc")
+    if not nvcc:
+        (pytest.fail if "nvcc" in required else pytest.skip)("nvcc not found")
+    pytest.importorskip("torch", reason="PyTorch is not installed (the bindings need it)")
+
+
+# The GPU run's verdicts after compiling: a torch API the installed torch no longer has, and a
+# call the built object's imports refuse; and two that build.
+COMPILED = [("l1_49", "claude-3.5-sonnet", "compile", "DeprecatedTypeProperties"),
+            ("l1_15", "gpt-o1", "policy", "cudaSetDevice"),
+            ("l1_15", "deepseek-coder", None, None),
+            ("l2_4", "gpt-o1", None, None)]
+
+
+@pytest.mark.parametrize("label,model,stage,why", COMPILED,
+                         ids=["%s-%s" % c[:2] for c in COMPILED])
+def test_compile_verdicts_on_real_code(label, model, stage, why):
+    need_compilers()
+    (s,) = [s for s in solutions() if (s.label, s.model) == (label, model)]
+    cache = os.environ.get("CUDA_AGENT_TEST_CACHE_DIR") or str(REPO / ".test-cache")
+    r = subprocess.run([CA, "eval", "--json", "--compile-only", "--rules", "kernelbench",
+                        "--arch", "sm_90", "--cache-dir", cache, "--task", str(s.problem),
+                        "--kernelbench-file", str(s.path)],
+                       capture_output=True, text=True, timeout=900)
+    rep = json.loads(r.stdout)
+    if stage is None:
+        assert (r.returncode, rep["stage"], rep["ok"]) == (0, "compile", True), rep.get("message")
+        return
+    assert (r.returncode, rep["stage"], rep["ok"]) == (1, stage, False), rep.get("message")
+    assert why in rep["message"], rep["message"]
+    if stage == "compile":
+        # The compiler's error, placed on the line of the file the candidate wrote.
+        first = rep["message"].split("\n")[0]
+        m = re.match(re.escape(str(s.path)) + r":(\d+) \(kernels/kb_\w+\.cu:\d+\): error:", first)
+        assert m, first
+        assert "AT_DISPATCH" in s.path.read_text().split("\n")[int(m.group(1)) - 1], first
