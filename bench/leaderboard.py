@@ -11,12 +11,15 @@ records go to OUT/results.jsonl as they finish.
 
     python3 bench/leaderboard.py --bin build/cuda-agent --out OUT [--rules kernelbench]
         [--sample N --seed S] [--clients 4] [--server SOCKET] [--corpus DIR]
-        [--budget-ms 300] [--device cuda|cpu] [--compile-only]
+        [--budget-ms 300] [--device cuda|cpu] [--compile-only | --policy-only] [--arch SM]
 
 Without --server it starts `cuda-agent evaluator` itself (and stops it at the end). --sample
 takes N solutions stratified by level (the same N and seed pick the same ones). The torch.compile
 baseline is not measured (KernelBench's speedups are over eager). --compile-only stops after the
-build and the object check: the policy verdicts on a machine without a GPU.
+build and the object check: the policy verdicts on a machine without a GPU (give --arch there).
+--policy-only stops before any compiler runs (the extraction and the static policy, about 0.1 s
+a file). Neither starts a service; "correct" then counts the solutions that passed those stages,
+and the summary's "per_solution_s" gives the wall time of one evaluation (p50, p90, max).
 """
 from __future__ import annotations
 
@@ -141,6 +144,10 @@ def evaluate(opts: argparse.Namespace, it: dict) -> dict:
            "--timeout", str(opts.timeout), "--device", opts.device, "--no-compile-baseline"]
     if opts.compile_only:
         cmd.append("--compile-only")
+    if opts.policy_only:
+        cmd.append("--policy-only")
+    if opts.arch:
+        cmd += ["--arch", opts.arch]
     if opts.server:
         cmd += ["--server", opts.server]
     t0 = time.monotonic()
@@ -186,7 +193,14 @@ def summarize(recs: list[dict], opts: argparse.Namespace) -> dict:
     for level in sorted({r["level"] for r in recs}):
         rs = [r for r in recs if r["level"] == level]
         by_level[level] = {"n": len(rs), "correct": sum(1 for r in rs if r.get("ok"))}
+    walls = sorted(r["wall_s"] for r in recs if "wall_s" in r)
+
+    def pct(q):
+        return walls[min(len(walls) - 1, int(q * len(walls)))] if walls else None
     return {
+        "stopped_after": "policy" if opts.policy_only else "compile" if opts.compile_only
+        else None,
+        "per_solution_s": {"p50": pct(0.5), "p90": pct(0.9), "max": walls[-1] if walls else None},
         "rules": opts.rules, "n": n, "with_verdict": len(verdict), "correct": len(correct),
         "agreement": round(len(correct) / n, 4) if n else None,
         "spearman_speedup": spearman([a for a, _ in pairs], [b for _, b in pairs]),
@@ -210,7 +224,10 @@ def main() -> int:
     p.add_argument("--budget-ms", type=int, default=300)
     p.add_argument("--timeout", type=int, default=120)
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    p.add_argument("--compile-only", action="store_true")
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument("--compile-only", action="store_true")
+    stop.add_argument("--policy-only", action="store_true")
+    p.add_argument("--arch", help="the target architecture (e.g. sm_90; without a GPU)")
     opts = p.parse_args()
     if not os.path.isfile(os.path.join(opts.corpus, "data.json")):
         print(f"skip: no leaderboard corpus at {opts.corpus}")
@@ -221,7 +238,7 @@ def main() -> int:
         items = stratified(items, opts.sample, opts.seed)
     os.makedirs(opts.out, exist_ok=True)
     service = None
-    if not opts.server and not opts.compile_only:
+    if not opts.server and not opts.compile_only and not opts.policy_only:
         opts.server = os.path.join(tempfile.mkdtemp(prefix="ca-lb-"), "ev.sock")
         log = open(os.path.join(opts.out, "service.log"), "w")
         service = subprocess.Popen([opts.bin, "evaluator", "--socket", opts.server],
@@ -249,9 +266,9 @@ def main() -> int:
     summary["wall_s"] = round(time.monotonic() - t0, 1)
     with open(os.path.join(opts.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    print(json.dumps({k: summary[k] for k in ("rules", "n", "with_verdict", "correct",
-                                              "agreement", "spearman_speedup", "by_level",
-                                              "wall_s")}))
+    print(json.dumps({k: summary[k] for k in ("stopped_after", "rules", "n", "with_verdict",
+                                              "correct", "agreement", "spearman_speedup",
+                                              "by_level", "wall_s", "per_solution_s")}))
     for f in summary["failures"]:
         print(f"  {f['count']:4} {f['failure']:40} {f['class']}")
     return 0
