@@ -31,7 +31,7 @@ static const char SUBMIT_LUA[] =
     "if redis.call('EXISTS', KEYS[2]) == 1 then return 'done' end\n"
     "local m = tonumber(redis.call('HGET', KEYS[3], 'max_queue') or ARGV[1])\n"
     "if redis.call('XLEN', KEYS[1]) >= m then return 'busy' end\n"
-    "return redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'job', ARGV[3], 't', ARGV[4])\n";
+    "return redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'job', ARGV[3])\n";
 
 static int upload(struct bus_conn *c, const struct bus_job *job, struct ca_err *err)
 {
@@ -60,12 +60,11 @@ static int upload(struct bus_conn *c, const struct bus_job *job, struct ca_err *
 static int enqueue(struct bus_conn *c, const char *id, const struct buf *doc, bool *busy,
                    bool *done, struct ca_err *err)
 {
-    char rkey[sizeof(BUS_KEY_RESULT) + SHA256_HEX_LEN], maxq[24], t[24];
+    char rkey[sizeof(BUS_KEY_RESULT) + SHA256_HEX_LEN], maxq[24];
     snprintf(rkey, sizeof(rkey), "%s%s", BUS_KEY_RESULT, id);
     snprintf(maxq, sizeof(maxq), "%d", BUS_DEFAULT_MAX_QUEUE);
-    snprintf(t, sizeof(t), "%lld", (long long)bus__wall_us());
     const char *argv[] = {"EVAL",         SUBMIT_LUA, "3", BUS_STREAM, rkey,
-                          BUS_KEY_CONFIG, maxq,       id,  doc->data,  t};
+                          BUS_KEY_CONFIG, maxq,       id,  doc->data};
     size_t l[ARRAY_SIZE(argv)];
     for (size_t i = 0; i < ARRAY_SIZE(argv); i++)
         l[i] = argv[i] == doc->data ? doc->len : strlen(argv[i]);

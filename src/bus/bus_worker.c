@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -364,6 +365,33 @@ static int evaluate(struct worker *w, const json_t *req, const char *job, json_t
     return evald_host_eval(w->o->host, req, report, err);
 }
 
+/*
+ * How long entry `eid` waited to be taken, in ms, by Redis's own clock: the entry id's first
+ * part is the server's time when it was queued, TIME its time now (one clock, whatever the
+ * client's and this host's say). -1 when either cannot be read.
+ */
+static double queued_ms(struct bus_conn *c, const char *eid)
+{
+    char *end;
+    errno = 0;
+    long long added = strtoll(eid, &end, 10);
+    if (errno || end == eid || *end != '-' || added <= 0)
+        return -1;
+    redisReply *r = NULL;
+    struct ca_err err = {0};
+    if (bus__cmds(c, &r, &err, "TIME"))
+        return -1;
+    double ms = -1;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING) {
+        double now = (double)strtoll(r->element[0]->str, NULL, 10) * 1000.0 +
+                     (double)strtoll(r->element[1]->str, NULL, 10) / 1000.0;
+        ms = now >= (double)added ? now - (double)added : 0;
+    }
+    freeReplyObject(r);
+    return ms;
+}
+
 static void process(struct bus_conn *c, struct slot *s, const redisReply *entry, long long n,
                     const char *prev_owner)
 {
@@ -373,8 +401,8 @@ static void process(struct bus_conn *c, struct slot *s, const redisReply *entry,
     const redisReply *kv = entry->elements > 1 ? entry->element[1] : NULL;
     size_t doc_len = 0;
     const char *job = field(kv, "id", NULL), *doc = field(kv, "job", &doc_len);
-    const char *t = field(kv, "t", NULL);
-    int64_t t0 = ca_now_us(), wall0 = bus__wall_us();
+    double waited_ms = queued_ms(c, eid);
+    int64_t t0 = ca_now_us();
     if (prev_owner && n > 1 && strcmp(prev_owner, BUS_RETURNED) != 0) {
         char why[200], who[128];
         snprintf(who, sizeof(who), "%.*s", (int)strcspn(prev_owner, "/"), prev_owner);
@@ -480,11 +508,8 @@ static void process(struct bus_conn *c, struct slot *s, const redisReply *entry,
         else
             result = failure(rc, err.msg);
         json_object_set_new(result, "deliveries", json_integer(n));
-        int64_t queued_us;
-        struct ca_err terr = {0};
-        if (t && sv_parse_i64(sv_from(t, strlen(t)), &queued_us, "t", &terr) == 0)
-            json_object_set_new(result, "queue_ms",
-                                json_real((double)(wall0 - queued_us) / 1000.0));
+        if (waited_ms >= 0)
+            json_object_set_new(result, "queue_ms", json_real(waited_ms));
         json_object_set_new(result, "eval_ms", json_real((double)(ca_now_us() - t0) / 1000.0));
         if (record(c, w, eid, job, result) >= 0) {
             atomic_fetch_add(&w->done, 1);

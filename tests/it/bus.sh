@@ -95,6 +95,24 @@ expect "worker needs --redis" 2 "" "--redis"
 run "$CA" eval --redis "$URL" --server /nowhere "$PWD/base"
 expect "--server and --redis exclude each other" 2
 
+# -- queue time by Redis's one clock (the entry id's time against TIME when a worker takes it),
+# whatever the client's and the worker's clocks say: a job queued with no worker running waits
+# until one starts
+mkws qt
+"$CA" eval --redis "$URL" --wait 60 --json "$PWD/qt" >"$PWD/qt.json" 2>"$PWD/qt.err" &
+qpid=$!
+assert "the job is queued while no worker runs" wait_for 10 bash -c "[ \"\$(redis-cli -p $PORT XLEN ca:jobs)\" = 1 ]"
+sleep 2
+worker qw "$PWD/qw.log" --fake-eval 10
+wait "$qpid"
+assert "queue_ms counts that wait (2 s or more, less than 60)" "$PY" -c '
+import json, sys
+q = json.load(open(sys.argv[1]))["bus"]["queue_ms"]
+assert 2000 <= q < 60000, q' "$PWD/qt.json"
+kill -TERM "$WPID"
+wait "$WPID"
+R DEL "ca:result:$(jfield "$PWD/qt.json" bus.job)" >/dev/null   # the counts below start at 0
+
 # -- jobs through two workers: each its own result, exactly one per job
 worker w1 "$PWD/w1.log" --fake-eval 50 --jobs 4
 W1=$WPID
