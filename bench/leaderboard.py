@@ -36,7 +36,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_CORPUS = os.path.join(HERE, "..", "..", "shared", "corpora", "kernelbench-leaderboard")
+DEFAULT_CORPUS = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "corpora",
+                                               "kernelbench-leaderboard"))
 
 
 def load_corpus(root: str) -> list[dict]:
