@@ -16,7 +16,6 @@ from policy.vocab import (ALLOWED_HINT, ALLOWED_MODULES, BANNED_BUILTINS, CREATE
                           torch_path_problem)
 
 
-
 def target_names(target):
     """The names an assignment target binds when it is a name or a tuple of them (nested
     tuples included: `H, W = 32, 32` unpacks constants into constants), else None (a starred
@@ -27,6 +26,7 @@ def target_names(target):
         names = [target_names(e) for e in target.elts]
         return None if None in names else [n for group in names for n in group]
     return None
+
 
 class StructureRules:
     """Pass 1 (policy.check.Checker mixes it in)."""
