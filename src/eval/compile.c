@@ -19,7 +19,7 @@
  * Invariants:
  * - Compilers see only the build directory: units and template files there
  *   are read-only inside the sandbox, outputs go to obj/, and an object
- *   leaves obj/ for the cache (rename) as soon as its compiler is done, so
+ *   leaves obj/ for the cache (link, unlink) as soon as its compiler is done, so
  *   no later compiler of the build can touch a cache inode. The linker sees
  *   the objects through hard links in link/, read-only.
  * - The precompiled header is an accelerator only: keys do not depend on it

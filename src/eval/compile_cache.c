@@ -7,10 +7,11 @@
  *   pch/<32 hex>/pch.h(.gch) one precompiled header per compiler, torch and flags
  *   tmp/                    build directories and entries on their way in or out
  *
- * Invariants: an entry appears only by rename(2) of a complete, fsync'ed,
- * read-only file (or directory) from tmp/ on the same file system, so a
- * reader never sees half of one; two evaluators storing the same key store
- * equal content, and the later rename simply wins. Keys are XXH3-128 over
+ * Invariants: an entry appears only by link(2) (a file) or renameat2(2)
+ * without replacing (a directory) of a complete, fsync'ed, read-only file
+ * from tmp/ on the same file system, so a reader never sees half of one;
+ * two evaluators storing the same key store equal content, and the first
+ * stays: an entry's inode never changes until pruning removes it. Keys are XXH3-128 over
  * length-prefixed fields (hash_stream_add_field), so no two field lists
  * collide by shifting bytes between fields. A hit touches the entry's mtime,
  * which is the clock pruning evicts by.
@@ -253,9 +254,16 @@ int compile__cache_store(const char *file, const char *path, struct ca_err *err)
         if (rc)
             return rc;
     }
-    if (rename(file, path) != 0)
-        return err_setf(err, -errno, "compile cache: rename '%s' to '%s': %s", file, path,
+    /*
+     * link(2), not rename(2): an entry, once there, stays until pruned. Renaming over it
+     * would unlink the inode another evaluator has just looked up to hard-link into its
+     * build (compile__link), whose link(2) then fails with ENOENT. Equal keys hold equal
+     * content, so when the entry exists, ours is simply dropped.
+     */
+    if (link(file, path) != 0 && errno != EEXIST)
+        return err_setf(err, -errno, "compile cache: link '%s' to '%s': %s", file, path,
                         strerror(errno));
+    unlink(file);
     return 0;
 }
 

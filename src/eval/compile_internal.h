@@ -131,9 +131,9 @@ int compile__cache_path(const char *dir, enum compile__entry kind, const char *k
 /* Whether the entry exists; a hit refreshes its mtime (the LRU clock). */
 bool compile__cache_hit(const char *path);
 /*
- * Move a finished file into the cache at path: fsync, read-only mode, and
- * rename (replacing an identical entry another evaluator stored meanwhile).
- * Creates the objects/ab/ directory as needed.
+ * Move a finished file into the cache at path: fsync, read-only mode, hard
+ * link, unlink. An entry already there (equal content, another evaluator's)
+ * stays and the file is dropped. Creates the objects/ab/ directory as needed.
  */
 int compile__cache_store(const char *file, const char *path, struct ca_err *err) WARN_UNUSED_RESULT;
 /* Copy src to dst through a temporary beside dst and a rename. */

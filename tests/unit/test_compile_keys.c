@@ -304,6 +304,73 @@ TEST(prune_evicts_least_recently_used)
     free(cache);
 }
 
+/*
+ * One evaluator stores a key again and again (another build's equal object) while a second
+ * hard-links the entry into its build, as compile__link does. An entry replaced under the
+ * linker made its link(2) fail with ENOENT (the inode it had looked up lost its last name):
+ * "the cached object ... vanished", a false compile failure seen in CI. The first entry stays.
+ */
+TEST(storing_a_key_again_never_moves_the_entry)
+{
+    char *cache = xstrfmt("%s/cache", test_tmpdir());
+    struct ca_err err = {0};
+    REQUIRE(compile__cache_prepare(cache, &err) == 0);
+    char *entry = xstrfmt("%s/objects/ab/%032d.o", cache, 7);
+    char *first = xstrfmt("%s/tmp/first.o", cache);
+    write_text(first, "first");
+    REQUIRE(compile__cache_store(first, entry, &err) == 0);
+    CHECK(!fs_exists(first));
+    struct stat st0;
+    REQUIRE(stat(entry, &st0) == 0);
+    CHECK_EQ(st0.st_mode & 0777, 0444);
+
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        int bad = 0;
+        for (int i = 0; i < 3000 && !bad; i++) {
+            char *again = xstrfmt("%s/tmp/again-%d.o", cache, i);
+            write_text(again, "again");
+            struct ca_err e = {0};
+            bad = compile__cache_store(again, entry, &e) != 0 || fs_exists(again);
+            free(again);
+        }
+        _exit(bad);
+    }
+    char *dst = xstrfmt("%s/linked.o", test_tmpdir());
+    int failures = 0, tries = 0, st;
+    for (;;) {
+        pid_t done = waitpid(pid, &st, WNOHANG);
+        if (link(entry, dst) != 0)
+            failures++;
+        else
+            unlink(dst);
+        tries++;
+        if (done == pid)
+            break;
+    }
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_EQ(failures, 0);
+    CHECK(tries > 0);
+    struct stat st1;
+    REQUIRE(stat(entry, &st1) == 0);
+    CHECK_EQ(st1.st_ino, st0.st_ino);
+    char *text = read_text(entry);
+    CHECK_STR(text, "first");
+    /* A store that fails for another reason says so and keeps the file. */
+    char *orphan = xstrfmt("%s/tmp/orphan.o", cache);
+    write_text(orphan, "x");
+    CHECK(compile__cache_store(orphan, "/nonexistent/objects/ab/x.o", &err) < 0);
+    CHECK(fs_exists(orphan));
+    free(orphan);
+    free(text);
+    free(dst);
+    free(first);
+    free(entry);
+    free(cache);
+}
+
 /* ---- compiler output ---- */
 
 static char *trim_fixture(const char *name, struct compile__trim_result *tr)
