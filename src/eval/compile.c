@@ -572,8 +572,8 @@ static char *unavailable_torch(const struct compile__toolchain *tc)
                    tc->python, tc->torch_error ? tc->torch_error : "unknown reason");
 }
 
-int compile_build(const struct compile_opts *opts, const char *snapshot_dir, const char *out_so,
-                  struct compile_report *report, struct ca_err *err)
+static int build_once(const struct compile_opts *opts, const char *snapshot_dir, const char *out_so,
+                      struct compile_report *report, bool *vanished, struct ca_err *err)
 {
     int64_t t0 = ca_now_us();
     report_reset(report);
@@ -678,6 +678,7 @@ int compile_build(const struct compile_opts *opts, const char *snapshot_dir, con
     report->ok = !rc && report->link_ok;
 out:
     report->total_us = ca_now_us() - t0;
+    *vanished = b.vanished;
     bool prune = b.stored && b.cache_dir && b.opts->cache_max_bytes != UINT64_MAX;
     char *cache_dir = prune ? xstrdup(b.cache_dir) : NULL;
     build_release(&b);
@@ -693,6 +694,24 @@ out:
         log_event("compile.build", report->total_us,
                   json_pack("{s:b, s:i, s:b, s:b}", "ok", report->ok, "units", (int)report->n,
                             "link_cached", report->link_cached, "pch_built", report->pch_built));
+    return rc;
+}
+
+int compile_build(const struct compile_opts *opts, const char *snapshot_dir, const char *out_so,
+                  struct compile_report *report, struct ca_err *err)
+{
+    int64_t t0 = ca_now_us();
+    bool vanished = false;
+    int rc = build_once(opts, snapshot_dir, out_so, report, &vanished, err);
+    /* Another evaluator's pruning took an object this build had found: once more, which
+     * compiles it again. Not the candidate's failure, and rare (a hit refreshes the entry). */
+    if (rc && vanished) {
+        LOG_WARN("%s; building again", err->msg);
+        *err = (struct ca_err){0};
+        rc = build_once(opts, snapshot_dir, out_so, report, &vanished, err);
+        report->rebuilt = true;
+        report->total_us = ca_now_us() - t0;
+    }
     return rc;
 }
 

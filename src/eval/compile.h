@@ -114,6 +114,7 @@ struct compile_report {
     bool link_ok, link_cached; /* link_cached: the module came from the cache */
     bool pch_used;             /* some binding compiled with the precompiled header */
     bool pch_built;            /* this build made the precompiled header */
+    bool rebuilt;              /* built twice: a cached object was pruned before the link */
     int64_t pch_us, link_us, total_us;
     char arch[16];                    /* "sm_90" */
     char so_key[HASH128_HEX_LEN + 1]; /* "" until the objects are known */

@@ -444,7 +444,8 @@ struct compile__build {
     char *cu_identity;                 /* nvcc and the host compiler it uses */
     char pch_key[HASH128_HEX_LEN + 1], split_pch_key[HASH128_HEX_LEN + 1];
     bool pch_ready, split_pch_ready;
-    bool stored; /* something new went into the cache */
+    bool stored;   /* something new went into the cache */
+    bool vanished; /* a cached object was pruned between its lookup and the link */
 };
 
 /* Files of the build directory (compile.c). */

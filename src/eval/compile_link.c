@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "core/limits.h"
 #include "sandbox/sandbox.h"
 #include "core/banned.h"
@@ -123,11 +124,15 @@ int compile__link(struct compile__build *b, const char *out_so, struct ca_err *e
         char *dst = xstrfmt("%s/%s", b->build_dir.data, rel);
         char *parent = xstrdup(dst);
         *strrchr(parent, '/') = '\0';
-        if ((mkdir(parent, 0755) != 0 && errno != EEXIST) || link(u->cache_path, dst) != 0)
-            rc = err_setf(err, -errno,
+        if ((mkdir(parent, 0755) != 0 && errno != EEXIST) || link(u->cache_path, dst) != 0) {
+            int e = errno;
+            /* Pruned by another evaluator since its lookup: compile_build builds again. */
+            b->vanished = e == ENOENT && !fs_exists(u->cache_path);
+            rc = err_setf(err, -e,
                           "compile: the cached object of %s (%s) vanished or cannot be linked: "
-                          "%s; build again",
-                          u->name, u->cache_path, strerror(errno));
+                          "%s",
+                          u->name, u->cache_path, strerror(e));
+        }
         compile__argv_push(&argv, rel);
         free(rel);
         free(dst);

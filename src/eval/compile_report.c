@@ -232,11 +232,12 @@ json_t *compile_report_to_json(const struct compile_report *r)
                              u->key, "log", text_json(&u->log), "kernels", kernels));
         buf_release(&name);
     }
-    return json_pack("{s:b, s:s, s:o, s:{s:b, s:b, s:I}, s:{s:b, s:b, s:I}, s:I, s:s, s:s?, "
-                     "s:o, s:o}",
+    return json_pack("{s:b, s:s, s:o, s:{s:b, s:b, s:I}, s:{s:b, s:b, s:I}, s:I, s:b, s:s, "
+                     "s:s?, s:o, s:o}",
                      "ok", r->ok, "arch", r->arch, "units", units, "link", "ok", r->link_ok,
                      "cached", r->link_cached, "elapsed_us", (json_int_t)r->link_us, "pch", "used",
                      r->pch_used, "built", r->pch_built, "elapsed_us", (json_int_t)r->pch_us,
-                     "total_us", (json_int_t)r->total_us, "so_key", r->so_key, "so_path",
-                     r->so_path, "errors", text_json(&r->errors), "log", text_json(&r->full_log));
+                     "total_us", (json_int_t)r->total_us, "rebuilt", r->rebuilt, "so_key",
+                     r->so_key, "so_path", r->so_path, "errors", text_json(&r->errors), "log",
+                     text_json(&r->full_log));
 }

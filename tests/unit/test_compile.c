@@ -832,6 +832,77 @@ TEST(concurrent_builds_share_one_cache)
     tb_end(&t);
 }
 
+/* The report's unit named name; fails the test when there is none. */
+static const struct compile_unit_report *unit_named(const struct compile_report *r,
+                                                    const char *name)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->units[i].name, name) == 0)
+            return &r->units[i];
+    REQUIRE(!"no such unit");
+    return NULL;
+}
+
+/*
+ * Another evaluator's pruning removes an object this build found in the cache, after the
+ * lookup and before the link: here while a second unit compiles, held by a FIFO it includes
+ * (the writer removes the object before it lets the compiler read on). The build builds
+ * again instead of failing: a pruned cache entry is not the candidate's failure.
+ */
+TEST(pruned_object_is_built_again)
+{
+    need_nvcc();
+    struct tbuild t;
+    tb_begin(&t);
+    put_file(t.snap, "add.cu", "tests/eval/compile/src/add.cu");
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    REQUIRE(t.r.ok);
+    struct buf obj;
+    buf_init(&obj, CA_LIMIT_PATH + 64);
+    REQUIRE(compile__cache_path(t.cache, COMPILE__OBJ, unit_named(&t.r, "kernels/add.cu")->key,
+                                &obj) == 0);
+    REQUIRE(fs_is_file(obj.data));
+    char *fifo = xstrfmt("%s/gate.h", test_tmpdir());
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    char *slow =
+        xstrfmt("#include \"%s\"\nextern \"C\" int slow_launch(void) { return 1; }\n", fifo);
+    put_text(t.snap, "slow.cu", slow);
+    fflush(NULL);
+    pid_t w = fork();
+    REQUIRE(w >= 0);
+    if (w == 0) {
+        /* Every open of the FIFO by a compiler pass: the first removes the object. */
+        for (int i = 0;; i++) {
+            int fd = open(fifo, O_WRONLY | O_CLOEXEC);
+            if (fd < 0 || (i == 0 && unlink(obj.data) != 0))
+                _exit(1);
+            close(fd);
+        }
+    }
+    int rc = build(&t.o, t.snap, NULL, &t.r, &t.err);
+    int st;
+    REQUIRE(kill(w, SIGKILL) == 0 && waitpid(w, &st, 0) == w);
+    CHECK(WIFSIGNALED(st));
+    CHECK_EQ(rc, 0);
+    CHECK(t.r.ok);
+    CHECK(t.r.rebuilt);
+    /* The second time, add.cu was compiled again and slow.cu came from the cache. */
+    CHECK(!unit_named(&t.r, "kernels/add.cu")->cached);
+    CHECK(unit_named(&t.r, "kernels/slow.cu")->cached);
+    CHECK(fs_is_file(obj.data));
+    CHECK(fs_is_file(t.r.so_path));
+    json_t *j = compile_report_to_json(&t.r);
+    CHECK(json_is_true(json_object_get(j, "rebuilt")));
+    json_decref(j);
+    /* A build that finds everything is not rebuilt. */
+    REQUIRE(build(&t.o, t.snap, NULL, &t.r, &t.err) == 0);
+    CHECK(!t.r.rebuilt);
+    free(slow);
+    free(fifo);
+    buf_release(&obj);
+    tb_end(&t);
+}
+
 TEST(empty_and_missing_snapshots)
 {
     need_nvcc();
