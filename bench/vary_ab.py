@@ -11,13 +11,13 @@ timing="device", so none should be timed. This measures it: small memory-bound f
 kb-swish-s, 27 us on an H100) timed with harness/timing.measure() under each way of making the
 inputs, alternately (ABBA) in one process, in several fresh processes one after the other,
 so that what differs between processes (allocations, clocks) and what differs between the
-input makers are told apart. A maker NAME+read times the same with an L2 flush that reads its
-buffer instead of zeroing it: the zeroing leaves the L2 full of dirty lines, which the timed
-call then writes back, by an amount that may depend on where its buffers lie.
+input makers are told apart. A maker NAME+write times the same with an L2 flush that zeroes
+its buffer (the harness's until METHOD_VERSION 9, which reads it): the zeroing leaves the L2
+full of dirty lines, which the timed call then writes back.
 
     python3 bench/vary_ab.py [--out OUT] [--procs 8] [--rounds 4] [--budget-ms 500]
         [--timing device] [--rows 2048] [--cols 4096] [--compile] [--device cpu]
-        [--makers scale,percall,block,block+read] [--no-eager]
+        [--makers scale,percall,block,block+write] [--no-eager]
 
 Prints, per forward and input maker, the processes' medians (each the median of its rounds'
 medians), their spread (max / min across processes) and each maker's ratio to "scale" in
@@ -37,8 +37,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAKERS = ("scale", "percall", "block")
-# A maker's "+read" variant: the L2 flush reads its buffer instead of writing it (no dirty
-# lines left for the timed call to write back).
+# A maker's "+write" variant: the L2 flush zeroes its buffer instead of reading it (the
+# harness's flush before METHOD_VERSION 9: dirty lines left for the timed call to write back).
 
 
 def scale_only(inputs, timing):
@@ -85,10 +85,10 @@ def child(args) -> dict:
     if args.compile:
         fns["swish_compile"] = torch.compile(swish)
         fns["swish_compile"](x)
-    zero_flush = timing.L2Flusher.__call__
+    read_flush = timing.L2Flusher.__call__
 
-    def read_flush(self):
-        self._buf.max()  # a read of the whole buffer: the L2 ends full of clean lines
+    def zero_flush(self):
+        self._buf.zero_()  # a write of the whole buffer: the L2 ends full of dirty lines
 
     makers = args.makers.split(",")
     out: dict = {fn: {m: [] for m in makers} for fn in fns}
@@ -99,7 +99,7 @@ def child(args) -> dict:
                 maker = {"scale": scale_only, "percall": per_call,
                          "block": lambda inputs, _t: timing.varied_copies(inputs)}
                 make = maker[m.split("+")[0]]([x], timing)
-                timing.L2Flusher.__call__ = read_flush if m.endswith("+read") else zero_flush
+                timing.L2Flusher.__call__ = zero_flush if m.endswith("+write") else read_flush
                 st = timing.measure(fn, make, dev, args.budget_ms, args.timing)
                 out[name][m].append({k: st.get(k) for k in (
                     "median_ms", "cv", "n", "lead_ms", "host_median_ms", "lead_short_fraction",
@@ -140,17 +140,17 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true", help="also time torch.compile's swish")
     ap.add_argument("--device", default="cuda", help="cpu checks the script without a GPU")
     ap.add_argument("--makers", default=",".join(MAKERS),
-                    help="input makers to compare, the first the reference; NAME+read: the same "
-                    "with an L2 flush that reads its buffer")
+                    help="input makers to compare, the first the reference; NAME+write: the same "
+                    "with an L2 flush that zeroes its buffer")
     ap.add_argument("--no-eager", action="store_true", help="leave eager swish out")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.procs < 1 or args.rounds < 1 or args.budget_ms <= 0:
         ap.error("--procs and --rounds must be at least 1, --budget-ms above 0")
     bad = [m for m in args.makers.split(",") if m.split("+")[0] not in MAKERS
-           or m.count("+") > 1 or ("+" in m and not m.endswith("+read"))]
+           or m.count("+") > 1 or ("+" in m and not m.endswith("+write"))]
     if bad:
-        ap.error(f"unknown makers: {', '.join(bad)} (known: {', '.join(MAKERS)}, NAME+read)")
+        ap.error(f"unknown makers: {', '.join(bad)} (known: {', '.join(MAKERS)}, NAME+write)")
     if args.child:
         json.dump(child(args), sys.stdout)
         return 0

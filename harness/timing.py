@@ -18,7 +18,8 @@ measure(fn, make_inputs, device, budget_ms, timing) runs:
 2. the timed loop, per repetition: fresh inputs from make_inputs() (prepared before the timed
    region; the harness passes varied_copies(), whose floating-point values differ by up to
    1/16 from call to call, so that caching results by content gains nothing), the L2 cache
-   flushed by writing a buffer of at least twice its size, then
+   flushed by reading a buffer of at least twice its size (L2Flusher: a read, so that the
+   timed call has no dirty lines to write back), then
      CUDA ("events"): start event on the current stream; fn(*inputs); a stream end event;
        a device-wide synchronize(); a device end event; synchronize(). The stream end event
        times the work on the current stream, exactly (no host in it); the device end event is
@@ -109,8 +110,9 @@ else:  # a CPU-only build of PyTorch
 # 6: timing="device" makes each call's inputs behind the lead, and sizes the lead by the host's
 # whole issue (inputs, flush, call). 7: each call's factor spread over the whole 1/16
 # (vary_factor), not stepped by 2^-20. 8: and by a factor picked by the sum of a value's indices
-# (_sum_factor_rows), so that no call's inputs are a scaled copy of another's.
-METHOD_VERSION = 8
+# (_sum_factor_rows), so that no call's inputs are a scaled copy of another's. 9: the L2 flush
+# reads its buffer instead of zeroing it (no dirty lines for the timed call to write back).
+METHOD_VERSION = 9
 DEFAULT_BUDGET_MS = 2000.0
 MIN_REPS = 10
 MAX_REPS = 600
@@ -120,7 +122,7 @@ WARMUP_FRACTION = 0.05
 MAX_KERNEL_REPS = 200
 # Calls profiled after the timing loop for the kernel floor (busy_floor: the least of them).
 FLOOR_CALLS = 3
-# A buffer of at least this size is written to flush the L2 cache, whatever the device says.
+# A buffer of at least this size is read to flush the L2 cache, whatever the device says.
 MIN_FLUSH_BYTES = 64 << 20
 # Used when the device does not report its L2 size.
 FALLBACK_L2_BYTES = 64 << 20
@@ -353,14 +355,22 @@ def l2_cache_bytes(device: torch.device) -> int:
 
 
 class L2Flusher:
-    """Evicts the L2 cache by writing a buffer of at least twice its size."""
+    """Evicts the L2 cache by reading a buffer of at least twice its size.
+
+    A read, not a write: a written buffer leaves the L2 full of dirty lines, which the timed
+    call then writes back to memory. On an H100 (bench/vary_ab.py, docs/BENCHMARKS.md) that
+    made a 27 us memory-bound forward time 21% longer (about 6 us of write-back in every
+    call, baseline and candidate alike, which squeezed small kernels' speedups towards 1).
+    Reading also writes back what the previous call left dirty, before the timed region, so
+    every timed call starts from an L2 of clean lines that no call uses.
+    """
 
     def __init__(self, device: torch.device):
         self.nbytes = max(2 * l2_cache_bytes(device), MIN_FLUSH_BYTES)
-        self._buf = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)
+        self._buf = torch.zeros(self.nbytes // 4, dtype=torch.int32, device=device)
 
     def __call__(self) -> None:
-        self._buf.zero_()
+        self._buf.max()
 
 
 def resolve_device(device: torch.device | str) -> torch.device:
