@@ -846,7 +846,8 @@ static const struct compile_unit_report *unit_named(const struct compile_report 
 /*
  * Another evaluator's pruning removes an object this build found in the cache, after the
  * lookup and before the link: here while a second unit compiles, held by a FIFO it includes
- * (the writer removes the object before it lets the compiler read on). The build builds
+ * (the writer removes the object before it lets the compiler read on; units go in name
+ * order, so add.cu's lookup is done before slow.cu is submitted). The build builds
  * again instead of failing: a pruned cache entry is not the candidate's failure.
  */
 TEST(pruned_object_is_built_again)
