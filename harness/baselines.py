@@ -78,7 +78,21 @@ def kernel_floor(stats: dict[str, Any], ev: Any, flags: list[dict[str, Any]]) ->
                              "(its profiled activities on every stream): work off the current "
                              "stream ran before or beside the timed region; timed at that "
                              "busy time instead"})
-    return dict(stats, median_ms=floor_ms, events_median_ms=med, basis="kernel-floor")
+    # The events' other times scaled with the median: their relative spread stays (what the
+    # noise flag's decision_at_risk reads, quality.noise_flag), not their absolute values.
+    scale = floor_ms / med if med > 0 else 0.0
+    moved = {}
+    for k in _FLOORED_TIMES:
+        v = stats.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            spread = k in ("stdev_ms", "iqr_ms")
+            moved[k] = v * scale if scale else 0.0 if spread else floor_ms
+    return dict(stats, **moved, median_ms=floor_ms, events_median_ms=med, basis="kernel-floor")
+
+
+# The times of a STATS object besides its median, moved with it by the kernel floor.
+_FLOORED_TIMES = ("mean_ms", "stdev_ms", "min_ms", "p10_ms", "p25_ms", "p75_ms", "p90_ms",
+                  "iqr_ms")
 
 
 def floor_evidence(busy_after: Any, launches: Any) -> Any:

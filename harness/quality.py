@@ -31,7 +31,7 @@ import timing
 # The reward's threshold (src/eval/reward.h: more than 5% faster), for noise_flag's
 # "decision_at_risk" only: nothing here computes a reward.
 REWARD_THRESHOLD = 1.05
-_NOISE_KINDS = ("iqr", "cv", "run_queue", "no_data")
+_NOISE_KINDS = ("iqr", "cv", "run_queue", "lead_short", "no_data")
 _MAX_ATTEMPTS_KEPT = 10
 
 

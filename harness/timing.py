@@ -816,7 +816,7 @@ def finite_stats(stats: Any) -> bool:
     if not isinstance(stats, dict):
         return False
     med = stats.get("median_ms")
-    return isinstance(med, (int, float)) and _isfinite(med) and med >= 0
+    return isinstance(med, (int, float)) and _isfinite(med) and med > 0
 
 
 EXTENSION_RANGE_PREFIX = "cuda_agent_ext::"

@@ -391,3 +391,43 @@ def test_the_l2_flush_reads_its_buffer_and_writes_nothing(monkeypatch):
     assert flush._buf._version == before
     monkeypatch.setattr(timing, "l2_cache_bytes", lambda device: 1 << 20)
     assert timing.L2Flusher(torch.device("cpu")).nbytes == timing.MIN_FLUSH_BYTES
+
+
+def test_the_kernel_floor_moves_the_quartiles_with_the_median():
+    """A floored candidate's quartiles were the events' (100x below its time), so the noise
+    flag's decision_at_risk compared the baselines with a range the speedup was not computed
+    from: a speedup of 1.04, on the 1.05 threshold, was said to be outside the noise."""
+    import quality
+    cand = {"median_ms": 0.010, "p25_ms": 0.009, "p75_ms": 0.011, "iqr_ms": 0.002,
+            "iqr_rel": 0.2, "mean_ms": 0.010, "stdev_ms": 0.001, "cv": 0.1, "basis": "stream"}
+    out = ev.kernel_floor(cand, {"busy_us": 1000.0}, [])
+    assert out["median_ms"] == pytest.approx(1.0)
+    assert out["p25_ms"] == pytest.approx(0.9) and out["p75_ms"] == pytest.approx(1.1)
+    assert out["iqr_ms"] == pytest.approx(0.2) and out["stdev_ms"] == pytest.approx(0.1)
+    assert out["iqr_rel"] == 0.2 and out["cv"] == 0.1  # relative: unchanged
+    eager = {"median_ms": 1.04, "p25_ms": 1.03, "p75_ms": 1.05, "iqr_rel": 0.02}
+    flag = quality.noise_flag({"candidate": quality.mark(out), "eager": eager})
+    assert flag is not None and flag["decision_at_risk"] == ["eager"]
+    # A zero events median (no spread to scale) puts the times at the floor, spreads at 0.
+    z = ev.kernel_floor(dict(cand, median_ms=0.0), {"busy_us": 1000.0}, [])
+    assert z["p25_ms"] == z["p75_ms"] == pytest.approx(1.0) and z["iqr_ms"] == 0.0
+
+
+def test_a_zero_median_is_no_measurement():
+    """finite_stats says "finite, positive": a zero median would be cached as a clean
+    baseline and give a speedup of 0 (or infinity)."""
+    import quality
+    zero = {"median_ms": 0.0, "n": 10}
+    assert not timing.finite_stats(zero)
+    assert timing.noise_reasons(zero) == ["no_data"]
+    assert not quality.cacheable("eager", zero)
+    assert timing.finite_stats({"median_ms": 1e-6})
+
+
+def test_a_short_lead_stays_in_the_attempts_record():
+    """quality.validate kept only the noise kinds it knew, and lead_short was not one."""
+    import quality
+    stats = {"median_ms": 0.03, "lead_short_fraction": 0.5,
+             "attempts": [{"median_ms": 0.03, "noise": ["lead_short", "bogus"]}]}
+    assert timing.noise_reasons(stats) == ["lead_short"]
+    assert quality.validate(stats)["attempts"][0]["noise"] == ["lead_short"]
