@@ -11,6 +11,7 @@
  */
 #include "agent/agent_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "episode/episode.h"
@@ -45,7 +46,7 @@ static double speedup_compile(const json_t *rec)
 {
     struct eval_report r;
     eval_report_read(json_object_get(rec, "report"), &r);
-    return r.speedup_compile;
+    return isnan(r.speedup_compile) ? 0 : r.speedup_compile; /* no baseline: ranks lowest */
 }
 
 /* A record's reward as a candidate: the evaluator's, or 1 for a ./verify that

@@ -806,12 +806,6 @@ out:
     return 0;
 }
 
-/* A median the report lacks is shown as 0, as JSON's absent number reads. */
-static double shown_ms(double ms)
-{
-    return isnan(ms) ? 0.0 : ms;
-}
-
 /* A string member of a JSON object of the report, "" when absent (the compile units and the
  * device: sub-objects eval_report hands over whole). */
 static const char *str(const json_t *o, const char *k)
@@ -928,13 +922,20 @@ int eval_format(const json_t *report, struct buf *b)
         const struct eval_report_timing *t;
     } timings[] = {{"eager", &r.eager}, {"compile", &r.compile}, {"candidate", &r.candidate}};
     for (size_t i = 0; i < 3; i++) {
-        if (!timings[i].t->present)
+        const struct eval_report_timing *t = timings[i].t;
+        if (!t->present)
             continue;
-        e |= buf_addf(b, "%-10s median %.4f ms  (CV %.1f%%, n=%lld)\n", timings[i].name,
-                      shown_ms(timings[i].t->median_ms), 100.0 * timings[i].t->cv,
-                      (long long)timings[i].t->n);
+        if (isnan(t->median_ms))
+            e |= buf_addf(b, "%-10s not measured%s%.300s\n", timings[i].name, *t->error ? ": " : "",
+                          t->error);
+        else
+            e |= buf_addf(b, "%-10s median %.4f ms  (CV %.1f%%, n=%lld)\n", timings[i].name,
+                          t->median_ms, 100.0 * t->cv, (long long)t->n);
     }
-    if (r.has_reward && r.reward > 0)
+    if (r.has_reward && r.reward > 0 && isnan(r.speedup_compile))
+        e |= buf_addf(b, "speedup: %.2fx vs eager, none vs torch.compile (no baseline)\n",
+                      r.speedup_eager);
+    else if (r.has_reward && r.reward > 0)
         e |= buf_addf(b, "speedup: %.2fx vs eager, %.2fx vs torch.compile\n", r.speedup_eager,
                       r.speedup_compile);
     if (r.has_reward)

@@ -35,6 +35,7 @@ static void read_timing(const json_t *timing, const char *which, struct eval_rep
     t->median_ms = num(s, "median_ms", NAN);
     t->cv = num(s, "cv", 0);
     t->n = json_integer_value(get(s, "n"));
+    t->error = str(s, "error");
 }
 
 static void read_harness(const json_t *h, struct eval_report *r)
@@ -91,7 +92,7 @@ void eval_report_read(const json_t *report, struct eval_report *r)
     r->reward_is_int = json_is_integer(get(reward, "reward"));
     r->reward = json_integer_value(get(reward, "reward"));
     r->speedup_eager = num(reward, "speedup_eager", 0);
-    r->speedup_compile = num(reward, "speedup_compile", 0);
+    r->speedup_compile = num(reward, "speedup_compile", NAN); /* null: no torch.compile time */
     r->reward_reason = str(reward, "reason");
 
     const json_t *kb = get(report, "kernelbench");

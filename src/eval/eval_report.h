@@ -23,8 +23,9 @@
 
 /* harness.timing.{eager,compile,candidate}. */
 struct eval_report_timing {
-    bool present;
-    double median_ms; /* NAN when absent or not a number */
+    bool present;      /* the key is there (null or {"error": ...} included) */
+    double median_ms;  /* NAN when absent or not a number */
+    const char *error; /* {"error": ...}: why there is no measurement (borrowed); else "" */
     double cv;
     int64_t n;
 };

@@ -118,6 +118,35 @@ TEST(eval_format_shows_the_report)
     CHECK(!strstr(b.data, "reward:"));
     buf_release(&b);
     json_decref(j);
+
+    /* No torch.compile time (it failed, or --no-compile-baseline): said so, not "0.0000 ms"
+     * and "0.00x vs torch.compile", which read as a candidate infinitely slower than it. */
+    const char *none[] = {"{\"error\": \"RuntimeError: inductor failed\"}", "null"};
+    for (size_t i = 0; i < ARRAY_SIZE(none); i++) {
+        char *text = xstrfmt("{\"ok\": true, \"stage\": \"reward\", \"harness\": {\"timing\": {"
+                             " \"eager\": {\"median_ms\": 2.0, \"cv\": 0.01, \"n\": 100},"
+                             " \"compile\": %s,"
+                             " \"candidate\": {\"median_ms\": 1.0, \"cv\": 0.01, \"n\": 100}}},"
+                             " \"reward\": {\"reward\": 2, \"speedup_eager\": 2.0,"
+                             " \"speedup_compile\": null, \"reason\": \"faster than eager\"}}",
+                             none[i]);
+        j = json_loads(text, 0, NULL);
+        REQUIRE(j);
+        struct eval_report r;
+        eval_report_read(j, &r);
+        CHECK(isnan(r.speedup_compile));
+        buf_init(&b, 1 << 16);
+        REQUIRE(eval_format(j, &b) == 0);
+        CHECK_CONTAINS(b.data, "speedup: 2.00x vs eager, none vs torch.compile (no baseline)\n");
+        CHECK(!strstr(b.data, "0.00x"));
+        CHECK(!strstr(b.data, "compile    median"));
+        if (i == 0)
+            CHECK_CONTAINS(b.data, "compile    not measured: RuntimeError: inductor failed\n");
+        CHECK_CONTAINS(b.data, "reward: 2 (faster than eager)\n");
+        buf_release(&b);
+        json_decref(j);
+        free(text);
+    }
 }
 
 TEST(eval_timing_defaults_by_rules_and_device)
