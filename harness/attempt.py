@@ -458,8 +458,11 @@ class Attempt:
             cand.send("stop")
             return True
         result["stage"] = ses.stage = "timing"
-        if ses.lazy:  # set 0's slots have held the streamed sets since
-            ses.write(self.sets[0])
+        # Set 0 into its slots again before the candidate times on them: under a lazy plan
+        # they have held the streamed sets since, and under any plan a reference that changes
+        # its inputs in place (reference_mutates_inputs) lets the candidate's verification run
+        # change them too, while the evaluator checks a timed call against set 0 as drawn.
+        ses.write(self.sets[0])
         cand.send("time")
         t_time = time.monotonic()
         # The host's load while the candidate is timed (issue 21): measured here, never taken

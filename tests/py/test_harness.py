@@ -185,6 +185,21 @@ def test_reference_that_mutates_its_input_is_tolerated(tmp_path):
     assert run.result["verification"]["reference_mutates_inputs"] == [0]
 
 
+def test_a_candidate_as_in_place_as_its_reference_passes_the_timed_call_check(tmp_path):
+    """The candidate's verification ran on set 0's slots, and a reference that adds to its
+    input in place let it change them: it was then timed on changed values while the timed
+    call was checked against set 0 as drawn, a false mismatch (fixed by writing set 0 back
+    under every memory plan, not only the lazy one)."""
+    task = TASK.replace("return torch.tanh(x * self.weight) * self.scale + self.bias",
+                        "return torch.tanh(x.add_(0.5) * self.weight) * self.scale + self.bias")
+    ext = ("import torch\n\ndef affine(x, w, b, scale):\n"
+           "    return torch.tanh(x.add_(0.5) * w) * scale + b\n")
+    run = evaluate(tmp_path, task=task, ext=ext, args=["--budget-ms", "100"])
+    assert run.rc == 0, run
+    assert run.result["verification"]["reference_mutates_inputs"] == [0]
+    assert run.result["timing"]["candidate"]["median_ms"] > 0
+
+
 def test_adversarial_set_catches_shortcut(tmp_path):
     # |x| on positive inputs equals x: a candidate returning x passes get_inputs() alone.
     task = textwrap.dedent("""
