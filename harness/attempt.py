@@ -434,12 +434,21 @@ class Attempt:
         if self.plan is not None and not self.plan.chunked:
             refs.drop_models64()
             self.model64 = None
-        why64 = refs.why64
-        result["verification"]["fp64_reference"] = True if why64 is None else \
-            f"unavailable: {hu.cap(why64, 512)}"
+        self.report_fp64()
         mutated = sorted({k for s in self.all_sets for k in s.ref_mutated})
         result["verification"]["reference_mutates_inputs"] = mutated
         self.elapsed["reference"] = time.monotonic() - t_ref
+
+    def report_fp64(self) -> None:
+        """verification.fp64_reference: True, or why a float64 reference is unavailable.
+        Said again after verification: a lazy plan makes the streamed sets' references then
+        (References.restore), so a reason may come only then."""
+        refs = getattr(self, "refs", None)
+        if refs is None:
+            return
+        why64 = refs.why64
+        self.result["verification"]["fp64_reference"] = True if why64 is None else \
+            f"unavailable: {hu.cap(why64, 512)}"
 
     # -- verification (each set compared as it arrives), then timing; True: verified
     def verify_and_time(self) -> bool:
@@ -451,6 +460,7 @@ class Attempt:
         verified = ended == "verified"
         self.elapsed["candidate_verify"] = time.monotonic() - self.t_cand
         memplan.phase_mark(self.device, "verify")
+        self.report_fp64()
         ses.verification_flags(verified)
         if not verified:
             return False

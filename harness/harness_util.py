@@ -66,9 +66,10 @@ def dumps(obj: Any) -> str:
     return json.dumps(json_safe(obj), allow_nan=False, sort_keys=False)
 
 
-def number_repr(x: float | int | bool) -> float | int | bool | str:
-    """A JSON-able element value: finite numbers as they are, NaN/Inf as "nan"/"inf"/"-inf"."""
-    if isinstance(x, bool) or isinstance(x, int):
+def number_repr(x: float | int | bool | None) -> float | int | bool | str | None:
+    """A JSON-able element value: finite numbers as they are, NaN/Inf as "nan"/"inf"/"-inf",
+    None (a candidate's null) as None."""
+    if x is None or isinstance(x, bool) or isinstance(x, int):
         return x
     x = float(x)
     if math.isnan(x):

@@ -69,7 +69,7 @@ class References:
         why = check_streamed(s)
         if why is not None:
             raise self._streaming_error(s, why)
-        self.reference64(s)
+        self.why64 = self.why64 or self.reference64(s)
 
     def restore(self, s: InputSet) -> None:
         """A lazy plan's set, about to be compared: drawn again (the same values: its own
@@ -77,7 +77,8 @@ class References:
         if not self.plan.lazy or s.recipe is None or s.ref:
             return
         s.materialize()
-        self.reference64(s)  # first, while nothing else of the set's is on the device
+        # First, while nothing else of the set's is on the device.
+        self.why64 = self.why64 or self.reference64(s)
         compute_reference(s.model or self.model, s, self.device)
         check_reference64(s)
         why = check_streamed(s)

@@ -200,6 +200,49 @@ def test_a_candidate_as_in_place_as_its_reference_passes_the_timed_call_check(tm
     assert run.result["timing"]["candidate"]["median_ms"] > 0
 
 
+def test_a_float64_reference_that_fails_is_reported_under_every_plan(tmp_path):
+    """Under a lazy plan the streamed sets' float64 references are made at comparison time,
+    and the reason one failed was thrown away: fp64_reference said True while the precision
+    rule never ran."""
+    task = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.w = nn.Parameter(torch.randn(n, n))
+
+            def forward(self, x):
+                return torch.mm(x, self.w.float())  # a float64 copy multiplies float64 by float32
+
+        def get_inputs():
+            return [torch.randn(16, 37)]
+
+        def get_init_inputs():
+            return [37]
+        """)
+    new = textwrap.dedent("""
+        import torch.nn as nn
+        import cuda_extension
+
+        class ModelNew(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.w = nn.Parameter(torch.zeros(n, n))
+
+            def forward(self, x):
+                return cuda_extension.mm(x, self.w)
+        """).replace("import torch.nn as nn", "import torch\nimport torch.nn as nn")
+    ext = "import torch\n\ndef mm(x, w):\n    return torch.mm(x, w)\n"
+    for extra in ([], ["--memory-lazy"]):
+        run = evaluate(tmp_path, task=task, new=new, ext=ext,
+                       args=["--no-timing", "--derived-shapes", "0", *extra])
+        assert run.rc == 0, run
+        got = run.result["verification"]["fp64_reference"]
+        assert isinstance(got, str) and got.startswith("unavailable: RuntimeError"), (extra, got)
+
+
 def test_adversarial_set_catches_shortcut(tmp_path):
     # |x| on positive inputs equals x: a candidate returning x passes get_inputs() alone.
     task = textwrap.dedent("""

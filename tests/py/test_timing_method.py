@@ -431,3 +431,14 @@ def test_a_short_lead_stays_in_the_attempts_record():
              "attempts": [{"median_ms": 0.03, "noise": ["lead_short", "bogus"]}]}
     assert timing.noise_reasons(stats) == ["lead_short"]
     assert quality.validate(stats)["attempts"][0]["noise"] == ["lead_short"]
+
+
+def test_a_number_output_reported_as_null_is_a_mismatch_not_a_crash():
+    """job.number_value lets a null through; compare_number took float(None) and the
+    TypeError blamed the harness (exit 3) for the candidate's wrong output."""
+    import compare
+    rec = compare.compare_number(0, None, 1.0, 1e-2, 1e-2)
+    assert rec["mismatches"] == 1 and rec["first_mismatches"][0]["output"] == 0
+    assert compare.compare_number(0, True, 1.0, 1e-2, 1e-2)["mismatches"] == 1
+    assert compare.compare_number(0, 1.005, 1.0, 1e-2, 1e-2)["mismatches"] == 0
+    assert compare.compare_number(0, None, 3, 1e-2, 1e-2)["mismatches"] == 1
