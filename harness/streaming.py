@@ -69,7 +69,8 @@ class References:
         why = check_streamed(s)
         if why is not None:
             raise self._streaming_error(s, why)
-        self.why64 = self.why64 or self.reference64(s)
+        why64 = self.reference64(s)  # made for every set, whatever an earlier one said
+        self.why64 = self.why64 or why64
 
     def restore(self, s: InputSet) -> None:
         """A lazy plan's set, about to be compared: drawn again (the same values: its own
@@ -77,8 +78,9 @@ class References:
         if not self.plan.lazy or s.recipe is None or s.ref:
             return
         s.materialize()
-        # First, while nothing else of the set's is on the device.
-        self.why64 = self.why64 or self.reference64(s)
+        # First, while nothing else of the set's is on the device; made for every set.
+        why64 = self.reference64(s)
+        self.why64 = self.why64 or why64
         compute_reference(s.model or self.model, s, self.device)
         check_reference64(s)
         why = check_streamed(s)
