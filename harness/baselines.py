@@ -53,6 +53,11 @@ def _positive(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
+# The times of a STATS object besides its median, moved with it by the kernel floor.
+_FLOORED_TIMES = ("mean_ms", "stdev_ms", "min_ms", "p10_ms", "p25_ms", "p75_ms", "p90_ms",
+                  "iqr_ms")
+
+
 def kernel_floor(stats: dict[str, Any], ev: Any, flags: list[dict[str, Any]]) -> dict[str, Any]:
     """A call cannot take less time than the GPU was busy with the work it launched: ev's
     profiled forward, its activities on every stream, overlaps counted once (`busy_us`; a
@@ -88,11 +93,6 @@ def kernel_floor(stats: dict[str, Any], ev: Any, flags: list[dict[str, Any]]) ->
             spread = k in ("stdev_ms", "iqr_ms")
             moved[k] = v * scale if scale else 0.0 if spread else floor_ms
     return dict(stats, **moved, median_ms=floor_ms, events_median_ms=med, basis="kernel-floor")
-
-
-# The times of a STATS object besides its median, moved with it by the kernel floor.
-_FLOORED_TIMES = ("mean_ms", "stdev_ms", "min_ms", "p10_ms", "p25_ms", "p75_ms", "p90_ms",
-                  "iqr_ms")
 
 
 def floor_evidence(busy_after: Any, launches: Any) -> Any:
